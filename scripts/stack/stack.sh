@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The local stack: Kafka + PostgreSQL, topics created, migrations applied, settings written.
+#
+#   stack.sh up       start both (idempotent), create topics, migrate, write var/stack.env
+#   stack.sh down     stop both; nothing is left listening
+#   stack.sh status   one line per component
+#   stack.sh clean    down, then delete all local data (var/)
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SWITCHBOARD="${SWITCHBOARD_BIN:-$REPO_ROOT/.venv/bin/switchboard}"
+
+write_stack_env() {
+  mkdir -p "$VAR_DIR"
+  local tmp="$STACK_ENV.tmp"
+  ( umask 077
+    {
+      echo "# Written by 'make up' (scripts/stack/stack.sh). Connection settings of the local stack."
+      echo "KAFKA_BOOTSTRAP_SERVERS=$KAFKA_HOST:$KAFKA_PORT"
+      "$SCRIPT_DIR/postgres.sh" env
+    } > "$tmp" )
+  mv "$tmp" "$STACK_ENV"
+}
+
+up() {
+  "$SCRIPT_DIR/postgres.sh" start
+  "$SCRIPT_DIR/kafka.sh" start
+  write_stack_env
+  [[ -x "$SWITCHBOARD" ]] || die "$SWITCHBOARD not found: run 'make venv' first"
+  set -a; source "$STACK_ENV"; set +a
+  "$SWITCHBOARD" topics create --wait 60
+  "$SWITCHBOARD" migrate
+  log "stack is up; settings in $STACK_ENV"
+}
+
+down() {
+  "$SCRIPT_DIR/kafka.sh" stop
+  "$SCRIPT_DIR/postgres.sh" stop
+}
+
+status() {
+  "$SCRIPT_DIR/postgres.sh" status
+  "$SCRIPT_DIR/kafka.sh" status
+}
+
+clean() {
+  down
+  "$SCRIPT_DIR/postgres.sh" clean
+  rm -rf "$VAR_DIR/kafka" "$STACK_ENV"
+  log "local data removed"
+}
+
+case "${1:-}" in
+  up|down|status|clean) "$1" ;;
+  *) die "usage: stack.sh up|down|status|clean" ;;
+esac

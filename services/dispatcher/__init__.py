@@ -1,0 +1,1 @@
+"""services.dispatcher — Picks exactly one agent per inbound message and holds the single active run per conversation (SPEC §5)."""

@@ -1,0 +1,21 @@
+"""Entry point: ``python -m services.dispatcher`` or ``switchboard dispatcher``."""
+
+import asyncio
+
+from switchboard.lifecycle import run_service
+
+from services.dispatcher.service import run
+from services.dispatcher.settings import DispatcherSettings
+
+
+def main() -> None:
+    settings = DispatcherSettings()
+
+    async def _main(stop: asyncio.Event) -> None:
+        await run(stop, settings)
+
+    run_service("dispatcher", _main, settings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,19 @@
+"""The dispatcher's main loop.
+
+For now it only waits for the stop signal: the foundation proves every service
+starts, logs and stops cleanly on SIGTERM; the dispatcher's own issue fills this in.
+"""
+
+import asyncio
+
+from switchboard.observability.logging import get_logger
+
+from services.dispatcher.settings import DispatcherSettings
+
+log = get_logger(__name__)
+
+
+async def run(stop: asyncio.Event, settings: DispatcherSettings) -> None:
+    """Run until ``stop`` is set."""
+    log.info("dispatcher waiting for work", extra={"kafka": settings.kafka.bootstrap_servers})
+    await stop.wait()

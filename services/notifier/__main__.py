@@ -1,0 +1,21 @@
+"""Entry point: ``python -m services.notifier`` or ``switchboard notifier``."""
+
+import asyncio
+
+from switchboard.lifecycle import run_service
+
+from services.notifier.service import run
+from services.notifier.settings import NotifierSettings
+
+
+def main() -> None:
+    settings = NotifierSettings()
+
+    async def _main(stop: asyncio.Event) -> None:
+        await run(stop, settings)
+
+    run_service("notifier", _main, settings)
+
+
+if __name__ == "__main__":
+    main()

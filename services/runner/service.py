@@ -1,0 +1,19 @@
+"""The runner's main loop.
+
+For now it only waits for the stop signal: the foundation proves every service
+starts, logs and stops cleanly on SIGTERM; the runner's own issue fills this in.
+"""
+
+import asyncio
+
+from switchboard.observability.logging import get_logger
+
+from services.runner.settings import RunnerSettings
+
+log = get_logger(__name__)
+
+
+async def run(stop: asyncio.Event, settings: RunnerSettings) -> None:
+    """Run until ``stop`` is set."""
+    log.info("runner waiting for work", extra={"kafka": settings.kafka.bootstrap_servers})
+    await stop.wait()

@@ -1,0 +1,258 @@
+"""The closed vocabularies of the schema, declared once.
+
+Each enum backs a ``text`` column guarded by a CHECK constraint generated from
+these values (see ``base.check_in``), so Python and PostgreSQL cannot drift
+apart: the unit tests compare both, and adding a value is a one-line change
+plus a migration that swaps the CHECK - no ``ALTER TYPE`` dance.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    """A member's role in an organization; ordered viewer < manager < admin."""
+
+    VIEWER = "viewer"
+    MANAGER = "manager"
+    ADMIN = "admin"
+
+    @property
+    def rank(self) -> int:
+        return _ROLE_RANK[self]
+
+    def at_least(self, other: Role) -> bool:
+        """True when this role grants everything ``other`` grants."""
+        return self.rank >= other.rank
+
+
+_ROLE_RANK = {Role.VIEWER: 0, Role.MANAGER: 1, Role.ADMIN: 2}
+
+
+class ChannelProvider(StrEnum):
+    WAHA = "waha"
+
+
+class ChannelSessionStatus(StrEnum):
+    """WAHA session states; only ``working`` sessions can be bound at publish time."""
+
+    STARTING = "starting"
+    SCAN_QR = "scan_qr"
+    WORKING = "working"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class ConversationStatus(StrEnum):
+    OPEN = "open"
+    HANDOFF = "handoff"
+    CLOSED = "closed"
+
+
+class MessageDirection(StrEnum):
+    INBOUND = "inbound"
+    OUTBOUND = "outbound"
+
+
+class MessageSender(StrEnum):
+    CONTACT = "contact"
+    AGENT = "agent"
+    HUMAN = "human"
+    SYSTEM = "system"
+
+
+class MessageDeliveryStatus(StrEnum):
+    """Inbound rows are ``received``; outbound rows go pending -> sent -> delivered/read or failed."""
+
+    RECEIVED = "received"
+    PENDING = "pending"
+    SENT = "sent"
+    DELIVERED = "delivered"
+    READ = "read"
+    FAILED = "failed"
+
+
+class LlmProvider(StrEnum):
+    """Model providers; ``demo`` is the clearly labeled built-in demo model (no key needed)."""
+
+    ANTHROPIC = "anthropic"
+    OPENAI = "openai"
+    GOOGLE = "google"
+    DEMO = "demo"
+
+
+# Providers that take a bring-your-own key (the demo model never does).
+CREDENTIAL_PROVIDERS: tuple[LlmProvider, ...] = (
+    LlmProvider.ANTHROPIC,
+    LlmProvider.OPENAI,
+    LlmProvider.GOOGLE,
+)
+
+
+class CredentialValidation(StrEnum):
+    """Outcome of the background check of a BYO key against its provider."""
+
+    PENDING = "pending"
+    VALID = "valid"
+    INVALID = "invalid"
+    ERROR = "error"
+
+
+class AgentKind(StrEnum):
+    RAG_BOT = "rag_bot"
+    MCP_AGENT = "mcp_agent"
+
+
+class AgentPauseReason(StrEnum):
+    MANUAL = "manual"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+
+
+class AgentVersionStatus(StrEnum):
+    DRAFT = "draft"
+    PUBLISHED = "published"
+    SUPERSEDED = "superseded"
+    ARCHIVED = "archived"
+
+
+class ConcurrencyPolicy(StrEnum):
+    """What happens to a message that arrives while its conversation has an active run."""
+
+    ENQUEUE = "enqueue"
+    STEER = "steer"
+    INTERRUPT = "interrupt"
+    REJECT = "reject"
+
+
+class RunStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    HANDOFF = "handoff"
+
+
+# Statuses that hold the conversation: at most one such non-dry run per conversation.
+ACTIVE_RUN_STATUSES: tuple[RunStatus, ...] = (RunStatus.PENDING, RunStatus.RUNNING)
+
+
+class RunVitality(StrEnum):
+    """The finer reading of a run than its status [002]: ``completed`` is not "delivered"."""
+
+    ALIVE = "alive"
+    PRODUCTIVE = "productive"
+    COMPLETED = "completed"
+    BLOCKED = "blocked"
+    EMPTY = "empty"
+    LOOPING = "looping"
+    FAILED = "failed"
+    STALLED = "stalled"
+    DEAD = "dead"
+
+
+class ErrorFamily(StrEnum):
+    TRANSIENT_UPSTREAM = "transientUpstream"
+    BUDGET_EXCEEDED = "budgetExceeded"
+    PROCESS_LOST = "processLost"
+    SILENT_RUN = "silentRun"
+    TOOL_FAILURE = "toolFailure"
+    UNKNOWN = "unknown"
+
+
+class WakeReason(StrEnum):
+    """Why a run woke up [002]; ``scheduled`` is the daily analysis fan-out."""
+
+    USER_MESSAGE = "userMessage"
+    ASSIGNMENT = "assignment"
+    PIPELINE_STEP = "pipelineStep"
+    CHILD_COMPLETED = "childCompleted"
+    FOLLOW_UP = "followUp"
+    RECOVERY = "recovery"
+    SCHEDULED = "scheduled"
+
+
+class DispatchOutcome(StrEnum):
+    DISPATCHED = "dispatched"
+    NO_MATCH = "no_match"
+    CONV_BUSY = "conv_busy"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    RATE_LIMITED = "rate_limited"
+    QUEUED = "queued"
+    STEERED = "steered"
+
+
+class AutonomyMode(StrEnum):
+    OFF = "off"
+    PROPOSE = "propose"
+    AUTO = "auto"
+
+
+class DecisionStatus(StrEnum):
+    PROPOSED = "proposed"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXECUTED = "executed"
+
+
+class InsightKind(StrEnum):
+    INSIGHT = "insight"
+    PROPOSED_ACTION = "proposed_action"
+
+
+class InsightSeverity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+class InsightStatus(StrEnum):
+    """``open`` until the owner touches it; the other three survive every re-analysis."""
+
+    OPEN = "open"
+    SEEN = "seen"
+    DISMISSED = "dismissed"
+    ACTIONED = "actioned"
+
+
+# Statuses a re-run of the analysis must never overwrite.
+STICKY_INSIGHT_STATUSES: tuple[InsightStatus, ...] = (
+    InsightStatus.SEEN,
+    InsightStatus.DISMISSED,
+    InsightStatus.ACTIONED,
+)
+
+
+class BudgetScope(StrEnum):
+    ORGANIZATION = "organization"
+    AGENT = "agent"
+
+
+class BudgetAction(StrEnum):
+    """What exhausting a budget does: org caps block dispatch, agent caps pause the agent."""
+
+    NOTIFY = "notify"
+    BLOCK_DISPATCH = "block_dispatch"
+    PAUSE_AGENT = "pause_agent"
+
+
+class IncidentSeverity(StrEnum):
+    WARNING = "warning"
+    HARD = "hard"
+
+
+class FollowupStatus(StrEnum):
+    SCHEDULED = "scheduled"
+    FIRED = "fired"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+class ActorKind(StrEnum):
+    """Who performed an audited action."""
+
+    USER = "user"
+    API_TOKEN = "api_token"
+    AGENT = "agent"
+    SYSTEM = "system"

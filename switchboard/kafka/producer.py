@@ -1,0 +1,65 @@
+"""An idempotent producer that takes records and knows each topic's contract.
+
+``enable_idempotence`` + ``acks=all`` make the broker drop duplicates caused by
+our own retries, so a retried send never writes a record twice. Keys come from
+the record's key field (the topic registry says which), so all records of one
+conversation land on one partition number across every conversation topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.structs import RecordMetadata
+
+from switchboard.contracts import TopicSpec, encode_key, encode_value
+from switchboard.observability.metrics import RECORDS_PRODUCED
+from switchboard.settings import KafkaSettings
+
+
+class RecordProducer:
+    """Start once per process, share it, stop it at shutdown."""
+
+    def __init__(self, kafka: KafkaSettings, *, service: str) -> None:
+        self._kafka = kafka
+        self._service = service
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=kafka.bootstrap_servers,
+            client_id=f"{kafka.client_id}-{service}",
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=5,
+        )
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def __aenter__(self) -> RecordProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def send(
+        self, topic: TopicSpec, record: Any, *, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> RecordMetadata:
+        """Encode ``record`` with ``topic``'s contract and wait until the broker acknowledged it."""
+        return await self.send_raw(
+            topic, key=encode_key(topic, record), value=encode_value(topic, record), headers=headers
+        )
+
+    async def send_raw(
+        self, topic: TopicSpec, *, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> RecordMetadata:
+        """Send already-encoded bytes (the outbox relay and dead letters need this)."""
+        metadata = await self._producer.send_and_wait(
+            topic.physical_name(self._kafka), value=value, key=key, headers=list(headers)
+        )
+        RECORDS_PRODUCED.labels(self._service, topic.name).inc()
+        return metadata

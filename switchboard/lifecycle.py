@@ -1,0 +1,53 @@
+"""Run a service's main coroutine until SIGTERM/SIGINT, then stop it cleanly.
+
+Every service entry point goes through :func:`run_service`, so all of them
+log the same way, expose health and metrics the same way, and treat SIGTERM
+(what Kubernetes sends before killing a pod) as "finish what you hold, then exit 0".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+
+from switchboard.observability.health import HealthServer, ReadinessCheck
+from switchboard.observability.logging import configure_logging, get_logger
+from switchboard.observability.metrics import SERVICE_UP
+from switchboard.settings import ServiceSettings
+
+log = get_logger(__name__)
+
+ServiceMain = Callable[[asyncio.Event], Awaitable[None]]
+
+
+async def _serve(name: str, main: ServiceMain, settings: ServiceSettings, readiness: ReadinessCheck | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    health = HealthServer(port=settings.health_port, **({"readiness": readiness} if readiness else {}))
+    await health.start()
+    SERVICE_UP.labels(service=name).set(1)
+    log.info("service started", extra={"service_name": name, "health_port": health.port})
+    try:
+        await main(stop)
+    finally:
+        SERVICE_UP.labels(service=name).set(0)
+        await health.stop()
+        log.info("service stopped", extra={"service_name": name})
+
+
+def run_service(
+    name: str,
+    main: ServiceMain,
+    settings: ServiceSettings,
+    *,
+    readiness: ReadinessCheck | None = None,
+) -> None:
+    """Configure logging, serve health/metrics, run ``main(stop_event)`` until a signal arrives.
+
+    ``main`` must return soon after ``stop_event`` is set: that is the graceful shutdown.
+    """
+    configure_logging(name, level=settings.runtime.log_level, json_logs=settings.runtime.log_json)
+    asyncio.run(_serve(name, main, settings, readiness))

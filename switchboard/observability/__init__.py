@@ -1,0 +1,1 @@
+"""Logs, metrics and health: the same three things in every service."""

@@ -1,0 +1,57 @@
+"""Remove secrets from anything that may be logged, traced or published.
+
+Secrets must never reach a log line, an event, a trace or an error report
+(SPEC §10). Scrubbing is by key name — ``authorization``, ``x-api-key``,
+``api_key``, ``password``, anything ending in ``_key``/``_secret``/``_token`` —
+and by value shape for strings that look like credentials embedded in text
+(bearer tokens, provider keys, passwords in URLs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+REDACTED = "[REDACTED]"
+
+_SECRET_KEY_NAMES = frozenset(
+    {"authorization", "x-api-key", "api_key", "apikey", "password", "passwd", "secret", "token", "cookie", "set-cookie"}
+)
+_SECRET_KEY_SUFFIXES = ("_key", "-key", "_secret", "-secret", "_token", "-token", "_password")
+
+_SECRET_VALUE_PATTERNS: tuple[re.Pattern[str], ...] = (
+    # credentials inside URLs: scheme://user:password@host
+    re.compile(r"(?P<keep>[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+(?=@)", re.IGNORECASE),
+    # Authorization header values
+    re.compile(r"(?P<keep>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE),
+    # provider-style keys: sk-..., sk-ant-..., AIza...
+    re.compile(r"(?P<keep>)\b(?:sk-[A-Za-z0-9_-]{16,}|AIza[0-9A-Za-z_-]{20,})"),
+)
+
+
+def is_secret_key(name: str) -> bool:
+    """True when a mapping key names a secret (case-insensitive)."""
+    lowered = name.lower()
+    return lowered in _SECRET_KEY_NAMES or lowered.endswith(_SECRET_KEY_SUFFIXES)
+
+
+def scrub_text(text: str) -> str:
+    """Mask credential-shaped substrings of free text."""
+    for pattern in _SECRET_VALUE_PATTERNS:
+        text = pattern.sub(lambda m: f"{m.group('keep')}{REDACTED}", text)
+    return text
+
+
+def scrub(value: Any) -> Any:
+    """Return a copy of ``value`` with secrets masked, recursing into mappings and sequences."""
+    if isinstance(value, Mapping):
+        return {
+            key: (REDACTED if isinstance(key, str) and is_secret_key(key) else scrub(item))
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return type(value)(scrub(item) for item in value)
+    if isinstance(value, str):
+        return scrub_text(value)
+    return value

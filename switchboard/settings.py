@@ -1,0 +1,110 @@
+"""Settings every service shares: runtime mode, Kafka, PostgreSQL.
+
+Each service composes these into its own settings class with its own env
+prefix (``API_``, ``DISPATCHER_``...). Values come from the environment, and
+locally from ``var/stack.env`` written by ``make up``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Self
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STACK_ENV_FILE = REPO_ROOT / "var" / "stack.env"
+
+# Values that mean "nobody set this": refused when running in production.
+PLACEHOLDER_SECRETS = frozenset({"", "change-me", "changeme", "secret", "dev", "development", "test", "password"})
+
+
+class Environment(StrEnum):
+    DEVELOPMENT = "development"
+    TEST = "test"
+    PRODUCTION = "production"
+
+
+def stack_env_files() -> tuple[Path, ...]:
+    """The local stack's file, when present; real environment variables always win."""
+    return (STACK_ENV_FILE,) if STACK_ENV_FILE.exists() else ()
+
+
+class SharedSettings(BaseSettings):
+    """Base for every settings class: reads the environment, then ``var/stack.env``."""
+
+    model_config = SettingsConfigDict(env_file=stack_env_files(), extra="ignore", frozen=True)
+
+
+class RuntimeSettings(SharedSettings):
+    """How this process runs: environment and logging."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_", env_file=stack_env_files(), extra="ignore", frozen=True)
+
+    env: Environment = Environment.DEVELOPMENT
+    log_level: str = "INFO"
+    log_json: bool = True
+
+    @property
+    def is_production(self) -> bool:
+        return self.env is Environment.PRODUCTION
+
+
+class KafkaSettings(SharedSettings):
+    """How to reach the broker and the (optional) schema registry."""
+
+    model_config = SettingsConfigDict(env_prefix="KAFKA_", env_file=stack_env_files(), extra="ignore", frozen=True)
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    client_id: str = "switchboard"
+    # Prepended to every topic name; tests use it to give each test its own topics.
+    topic_prefix: str = ""
+    # Confluent-compatible registry; without it schema ids come from schemas/catalog.json.
+    schema_registry_url: str | None = None
+    # Partitions of every conversation-scoped topic (they must all share one count).
+    conversation_partitions: int = Field(default=6, ge=1, le=1024)
+    replication_factor: int = Field(default=1, ge=1)
+
+
+class DatabaseSettings(SharedSettings):
+    """PostgreSQL: the application role for services, the owner role for migrations."""
+
+    model_config = SettingsConfigDict(env_prefix="DATABASE_", env_file=stack_env_files(), extra="ignore", frozen=True)
+
+    url: SecretStr = SecretStr("postgresql+psycopg://switchboard_app@127.0.0.1:55432/switchboard")
+    owner_url: SecretStr | None = None
+    pool_size: int = Field(default=5, ge=1)
+
+    @property
+    def migration_url(self) -> str:
+        """Migrations run as the owner role; without one configured, as the app role."""
+        return (self.owner_url or self.url).get_secret_value()
+
+
+def require_real_secret(name: str, value: SecretStr | None, runtime: RuntimeSettings) -> None:
+    """Refuse placeholder secrets in production; they are fine on a laptop."""
+    if not runtime.is_production:
+        return
+    if value is None or value.get_secret_value().strip().lower() in PLACEHOLDER_SECRETS:
+        raise ValueError(f"{name} must be set to a real secret when SWITCHBOARD_ENV=production")
+
+
+class ServiceSettings(SharedSettings):
+    """Base of each service's settings: the shared parts plus a health/metrics port."""
+
+    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    # Port of the /healthz, /readyz and /metrics endpoints (0 = pick a free port).
+    health_port: int = Field(default=0, ge=0, le=65535)
+
+    @model_validator(mode="after")
+    def _no_placeholder_database_password(self) -> Self:
+        if self.runtime.is_production:
+            from sqlalchemy.engine import make_url
+
+            password = make_url(self.database.url.get_secret_value()).password
+            require_real_secret("DATABASE_URL password", SecretStr(password or ""), self.runtime)
+        return self
