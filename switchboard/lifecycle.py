@@ -21,20 +21,25 @@ log = get_logger(__name__)
 ServiceMain = Callable[[asyncio.Event], Awaitable[None]]
 
 
-async def _serve(name: str, main: ServiceMain, settings: ServiceSettings, readiness: ReadinessCheck | None) -> None:
+async def _serve(
+    name: str, main: ServiceMain, settings: ServiceSettings, readiness: ReadinessCheck | None, serve_health: bool
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     health = HealthServer(port=settings.health_port, **({"readiness": readiness} if readiness else {}))
-    await health.start()
+    if serve_health:
+        await health.start()
     SERVICE_UP.labels(service=name).set(1)
-    log.info("service started", extra={"service_name": name, "health_port": health.port})
+    log.info("service started", extra={"service_name": name,
+                                       "health_port": health.port if serve_health else None})
     try:
         await main(stop)
     finally:
         SERVICE_UP.labels(service=name).set(0)
-        await health.stop()
+        if serve_health:
+            await health.stop()
         log.info("service stopped", extra={"service_name": name})
 
 
@@ -44,10 +49,12 @@ def run_service(
     settings: ServiceSettings,
     *,
     readiness: ReadinessCheck | None = None,
+    serve_health: bool = True,
 ) -> None:
     """Configure logging, serve health/metrics, run ``main(stop_event)`` until a signal arrives.
 
     ``main`` must return soon after ``stop_event`` is set: that is the graceful shutdown.
+    ``serve_health=False`` is for services that answer the probes themselves (the API).
     """
     configure_logging(name, level=settings.runtime.log_level, json_logs=settings.runtime.log_json)
-    asyncio.run(_serve(name, main, settings, readiness))
+    asyncio.run(_serve(name, main, settings, readiness, serve_health))

@@ -35,7 +35,7 @@ run_as() { if [[ $EUID -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
 data_root() {
   mkdir -p "$PG_STATE"
   if [[ $EUID -eq 0 ]] && ! runuser -u postgres -- test -x "$PG_STATE"; then
-    local alt="/var/tmp/switchboard-pg-$(printf '%s' "$REPO_ROOT" | md5sum | cut -c1-10)"
+    local alt; alt="/var/tmp/switchboard-pg-$(printf '%s' "$PG_STATE" | md5sum | cut -c1-12)"
     mkdir -p "$alt"; echo "$alt"
   else
     echo "$PG_STATE"

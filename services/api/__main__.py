@@ -1,23 +1,32 @@
 """Entry point: ``python -m services.api`` or ``switchboard api``.
 
-uvicorn owns the event loop and SIGTERM handling here: on SIGTERM it stops
-accepting connections and lets in-flight requests finish (graceful_timeout_s).
+uvicorn serves the app inside the shared lifecycle: SIGTERM sets the stop
+event, uvicorn stops accepting connections and lets in-flight requests finish
+(``API_GRACEFUL_TIMEOUT_S``), and the process exits 0.
 """
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
 
 import uvicorn
 
-from switchboard.observability.logging import configure_logging, get_logger
+from switchboard.lifecycle import run_service
 
 from services.api.app import create_app
 from services.api.settings import ApiSettings
 
-log = get_logger(__name__)
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: the lifecycle owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def main() -> None:
     settings = ApiSettings()
-    configure_logging("api", level=settings.runtime.log_level, json_logs=settings.runtime.log_json)
-    log.info("service started", extra={"service_name": "api", "port": settings.port})
     config = uvicorn.Config(
         create_app(),
         host=settings.host,
@@ -26,8 +35,17 @@ def main() -> None:
         access_log=False,
         timeout_graceful_shutdown=settings.graceful_timeout_s,
     )
-    uvicorn.Server(config).run()
-    log.info("service stopped", extra={"service_name": "api"})
+    server = _Server(config)
+
+    async def _main(stop: asyncio.Event) -> None:
+        serving = asyncio.create_task(server.serve())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        stopping.cancel()
+        await serving
+
+    run_service("api", _main, settings, serve_health=False)
 
 
 if __name__ == "__main__":

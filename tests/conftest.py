@@ -1,0 +1,44 @@
+"""Session-wide fixtures: a real Kafka broker and PostgreSQL (see tests/support/stack.py)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from switchboard.settings import KafkaSettings
+from tests.support.stack import StackEndpoints, acquire_stack
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[StackEndpoints]:
+    endpoints, containers = acquire_stack()
+    yield endpoints
+    for container in containers:
+        container.stop()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def kafka_settings(stack: StackEndpoints) -> KafkaSettings:
+    """Settings whose topic names are unique to this test (a uuid prefix)."""
+    return KafkaSettings(
+        bootstrap_servers=stack.kafka_bootstrap_servers,
+        topic_prefix=f"t{uuid.uuid4().hex[:10]}.",
+        conversation_partitions=3,
+    )
+
+
+@pytest.fixture
+async def topics(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaSettings]:
+    """Create every registered topic under this test's prefix; delete them afterwards."""
+    from switchboard.kafka import admin
+
+    await admin.ensure_topics(kafka_settings)
+    yield kafka_settings
+    await admin.delete_topics(kafka_settings)
+
+
+@pytest.fixture
+def group_id() -> str:
+    return f"test-group-{uuid.uuid4().hex[:10]}"

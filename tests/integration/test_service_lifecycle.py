@@ -1,0 +1,58 @@
+"""Every service starts, logs JSON, answers its health probe and exits 0 on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.support.ports import free_port
+from tests.support.stack import REPO_ROOT, StackEndpoints
+
+SWITCHBOARD = [sys.executable, "-m", "services.cli"]
+
+
+def _wait_healthy(port: int, proc: subprocess.Popen[str], timeout_s: float = 30) -> httpx.Response:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"service exited early: {proc.stderr.read() if proc.stderr else ''}"
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+        except httpx.TransportError:
+            time.sleep(0.2)
+    raise AssertionError("service never answered /healthz")
+
+
+@pytest.mark.parametrize("service", ["api", "dispatcher", "runner", "notifier", "brief"])
+def test_service_starts_answers_health_and_stops_on_sigterm(service: str, stack: StackEndpoints) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": stack.kafka_bootstrap_servers,
+        "DATABASE_URL": stack.database_url,
+        "API_PORT" if service == "api" else f"{service.upper()}_HEALTH_PORT": str(port),
+    }
+    proc = subprocess.Popen([*SWITCHBOARD, service], cwd=REPO_ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        response = _wait_healthy(port, proc)
+        assert response.status_code == 200
+        if service == "api":
+            assert response.headers.get("X-Request-Id")
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+        assert metrics.status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log_lines = [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith("{")]
+    events = [line["event"] for line in log_lines]
+    assert "service started" in events and "service stopped" in events, events
+    assert all(line["level"] in {"debug", "info", "warning", "error", "critical"} for line in log_lines)
