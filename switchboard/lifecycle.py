@@ -11,7 +11,7 @@ import asyncio
 import signal
 from collections.abc import Awaitable, Callable
 
-from switchboard.observability.health import HealthServer, ReadinessCheck
+from switchboard.observability.health import HealthServer, ReadinessCheck, always_ready
 from switchboard.observability.logging import configure_logging, get_logger
 from switchboard.observability.metrics import SERVICE_UP
 from switchboard.settings import ServiceSettings
@@ -28,12 +28,11 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    health = HealthServer(port=settings.health_port, **({"readiness": readiness} if readiness else {}))
+    health = HealthServer(port=settings.health_port, readiness=readiness or always_ready)
     if serve_health:
         await health.start()
     SERVICE_UP.labels(service=name).set(1)
-    log.info("service started", extra={"service_name": name,
-                                       "health_port": health.port if serve_health else None})
+    log.info("service started", extra={"service_name": name, "health_port": health.port if serve_health else None})
     try:
         await main(stop)
     finally:

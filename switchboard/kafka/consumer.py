@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
-from switchboard.contracts import ContractError, TopicSpec, decode_value
+from switchboard.contracts import ContractError, Serde, TopicSpec
 from switchboard.kafka.errors import PermanentRecordError
 from switchboard.observability.logging import get_logger
 from switchboard.observability.metrics import CONSUMER_LAG, HANDLER_SECONDS, RECORDS_CONSUMED
@@ -54,7 +54,7 @@ class ErrorPolicy:
 class Inbound:
     """A decoded record with where it came from."""
 
-    topic: TopicSpec
+    topic: TopicSpec[Any]
     partition: int
     offset: int
     key: bytes | None
@@ -91,16 +91,18 @@ class RecordConsumer:
         *,
         service: str,
         kafka: KafkaSettings,
-        topics: Sequence[TopicSpec],
+        topics: Sequence[TopicSpec[Any]],
         group_id: str,
         handler: Handler,
         dead_letters: DeadLetterSink,
         policy: ErrorPolicy = ErrorPolicy(),
         max_batch: int = 100,
         consumer_options: Mapping[str, Any] | None = None,
+        serde: Serde | None = None,
     ) -> None:
         self._service = service
         self._kafka = kafka
+        self._serde = serde or Serde.from_settings(kafka)
         self._topics = {spec.physical_name(kafka): spec for spec in topics}
         self._group_id = group_id
         self._handler = handler
@@ -168,22 +170,38 @@ class RecordConsumer:
         except (CommitFailedError, IllegalStateError) as exc:
             # The partition moved to another member mid-batch: it re-reads from the last
             # committed offset. Handlers are idempotent, so that is a duplicate, not a loss.
-            log.warning("commit skipped after rebalance", extra={"topic": tp.topic, "partition": tp.partition,
-                                                                 "offset": offset, "error": type(exc).__name__})
+            log.warning(
+                "commit skipped after rebalance",
+                extra={"topic": tp.topic, "partition": tp.partition, "offset": offset, "error": type(exc).__name__},
+            )
 
     async def _process(self, record: ConsumerRecord[bytes, bytes]) -> None:
         spec = self._topics[record.topic]
         where = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
-        try:
-            value = decode_value(spec, record.value or b"")
-        except ContractError as exc:
-            log.warning("undecodable record", extra={**where, "error_code": exc.code})
-            await self._dead_letter(record, Failure(exc.code, str(exc), attempts=1))
-            RECORDS_CONSUMED.labels(self._service, record.topic, "undecodable").inc()
-            return
+        decode_attempt = 0
+        while True:
+            decode_attempt += 1
+            try:
+                value = self._serde.decode(spec, record.value)
+                break
+            except ContractError as exc:
+                if exc.retryable:
+                    # The schema registry is unreachable; the record is fine. Wait, do not dead-letter.
+                    log.warning("schema registry unavailable", extra={**where, "attempt": decode_attempt})
+                    await self._sleep_or_stop(self._policy.backoff(min(decode_attempt, 8)))
+                    continue
+                log.warning("undecodable record", extra={**where, "error_code": str(exc.code)})
+                await self._dead_letter(record, Failure(str(exc.code), exc.message, attempts=1))
+                RECORDS_CONSUMED.labels(self._service, record.topic, "undecodable").inc()
+                return
         inbound = Inbound(
-            topic=spec, partition=record.partition, offset=record.offset, key=record.key, value=value,
-            headers=tuple((k, v) for k, v in (record.headers or ())), timestamp_ms=record.timestamp,
+            topic=spec,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            value=value,
+            headers=tuple((k, v) for k, v in (record.headers or ())),
+            timestamp_ms=record.timestamp,
         )
         attempt = 0
         while True:
@@ -199,14 +217,19 @@ class RecordConsumer:
             except Exception as exc:
                 code = str(getattr(exc, "code", "") or "handler_failed")
                 if attempt >= self._policy.max_attempts:
-                    log.error("handler failed, dead-lettering", extra={**where, "error_code": code, "attempts": attempt},
-                              exc_info=True)
+                    log.error(
+                        "handler failed, dead-lettering",
+                        extra={**where, "error_code": code, "attempts": attempt},
+                        exc_info=True,
+                    )
                     await self._dead_letter(record, Failure(code, f"{type(exc).__name__}: {exc}", attempt))
                     RECORDS_CONSUMED.labels(self._service, record.topic, "failed").inc()
                     return
                 delay = self._policy.backoff(attempt)
-                log.warning("handler failed, retrying", extra={**where, "error_code": code, "attempt": attempt,
-                                                               "retry_in_s": delay})
+                log.warning(
+                    "handler failed, retrying",
+                    extra={**where, "error_code": code, "attempt": attempt, "retry_in_s": delay},
+                )
                 await self._sleep_or_stop(delay)
             else:
                 HANDLER_SECONDS.labels(self._service, record.topic).observe(time.perf_counter() - started)
@@ -223,8 +246,11 @@ class RecordConsumer:
                 await self._dead_letters.publish(record, failure)
                 return
             except KafkaError:
-                log.error("dead-letter publish failed", extra={"topic": record.topic, "offset": record.offset,
-                                                               "attempt": attempt}, exc_info=True)
+                log.error(
+                    "dead-letter publish failed",
+                    extra={"topic": record.topic, "offset": record.offset, "attempt": attempt},
+                    exc_info=True,
+                )
                 await self._sleep_or_stop(self._policy.backoff(min(attempt, 8)))
 
     async def _sleep_or_stop(self, delay: float) -> None:

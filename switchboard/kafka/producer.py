@@ -14,7 +14,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
-from switchboard.contracts import TopicSpec, encode_key, encode_value
+from switchboard.contracts import Serde, TopicSpec, encode_key
 from switchboard.observability.metrics import RECORDS_PRODUCED
 from switchboard.settings import KafkaSettings
 
@@ -22,8 +22,9 @@ from switchboard.settings import KafkaSettings
 class RecordProducer:
     """Start once per process, share it, stop it at shutdown."""
 
-    def __init__(self, kafka: KafkaSettings, *, service: str) -> None:
+    def __init__(self, kafka: KafkaSettings, *, service: str, serde: Serde | None = None) -> None:
         self._kafka = kafka
+        self._serde = serde or Serde.from_settings(kafka)
         self._service = service
         self._producer = AIOKafkaProducer(
             bootstrap_servers=kafka.bootstrap_servers,
@@ -47,15 +48,15 @@ class RecordProducer:
         await self.stop()
 
     async def send(
-        self, topic: TopicSpec, record: Any, *, headers: Sequence[tuple[str, bytes]] = ()
+        self, topic: TopicSpec[Any], record: Any, *, headers: Sequence[tuple[str, bytes]] = ()
     ) -> RecordMetadata:
         """Encode ``record`` with ``topic``'s contract and wait until the broker acknowledged it."""
         return await self.send_raw(
-            topic, key=encode_key(topic, record), value=encode_value(topic, record), headers=headers
+            topic, key=encode_key(topic, record), value=self._serde.encode(topic, record), headers=headers
         )
 
     async def send_raw(
-        self, topic: TopicSpec, *, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]] = ()
+        self, topic: TopicSpec[Any], *, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]] = ()
     ) -> RecordMetadata:
         """Send already-encoded bytes (the outbox relay and dead letters need this)."""
         metadata = await self._producer.send_and_wait(

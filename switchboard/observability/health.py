@@ -21,14 +21,14 @@ log = get_logger(__name__)
 ReadinessCheck = Callable[[], Awaitable[bool]]
 
 
-async def _always_ready() -> bool:
+async def always_ready() -> bool:
     return True
 
 
 class HealthServer:
     """Serves probes and metrics on 127.0.0.1 or 0.0.0.0; port 0 picks a free port."""
 
-    def __init__(self, *, host: str = "0.0.0.0", port: int = 0, readiness: ReadinessCheck = _always_ready) -> None:
+    def __init__(self, *, host: str = "0.0.0.0", port: int = 0, readiness: ReadinessCheck = always_ready) -> None:
         self._host = host
         self._port = port
         self._readiness = readiness
@@ -60,7 +60,10 @@ class HealthServer:
             parts = request_line.decode("latin-1").split()
             path = parts[1].split("?", 1)[0] if len(parts) >= 2 else "/"
             status, content_type, body = await self._route(path)
-            head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
             writer.write(head.encode("latin-1") + body)
             await writer.drain()
         except (TimeoutError, ConnectionError):
@@ -73,8 +76,11 @@ class HealthServer:
             return "200 OK", "application/json", b'{"status":"ok"}'
         if path == "/readyz":
             ready = await self._readiness()
-            return ("200 OK", "application/json", b'{"status":"ready"}') if ready else (
-                "503 Service Unavailable", "application/json", b'{"status":"not_ready"}')
+            return (
+                ("200 OK", "application/json", b'{"status":"ready"}')
+                if ready
+                else ("503 Service Unavailable", "application/json", b'{"status":"not_ready"}')
+            )
         if path == "/metrics":
             return "200 OK", CONTENT_TYPE_LATEST, generate_latest()
         return "404 Not Found", "application/json", b'{"error":{"code":"not_found"}}'

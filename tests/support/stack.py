@@ -83,9 +83,7 @@ def _testcontainers() -> tuple[StackEndpoints, list[object]]:  # pragma: no cove
 
     engine = sqlalchemy.create_engine(owner_url, isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
-        conn.exec_driver_sql(
-            "CREATE ROLE switchboard_app LOGIN PASSWORD 'switchboard_app' NOSUPERUSER NOBYPASSRLS"
-        )
+        conn.exec_driver_sql("CREATE ROLE switchboard_app LOGIN PASSWORD 'switchboard_app' NOSUPERUSER NOBYPASSRLS")
         conn.exec_driver_sql(f"GRANT CONNECT ON DATABASE {make_url(owner_url).database} TO switchboard_app")
         conn.exec_driver_sql("GRANT USAGE ON SCHEMA public TO switchboard_app")
     engine.dispose()

@@ -1,0 +1,39 @@
+"""Settings: env prefixes per service, and no placeholder secret in production."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import SecretStr, ValidationError
+
+from services.api.settings import ApiSettings
+from services.dispatcher.settings import DispatcherSettings
+from switchboard.settings import Environment, RuntimeSettings, require_real_secret
+
+
+def test_each_service_reads_its_own_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("API_PORT", "8123")
+    monkeypatch.setenv("DISPATCHER_HEALTH_PORT", "9191")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "broker:1234")
+    assert ApiSettings().port == 8123
+    dispatcher = DispatcherSettings()
+    assert dispatcher.health_port == 9191
+    assert dispatcher.kafka.bootstrap_servers == "broker:1234"
+
+
+def test_production_refuses_a_placeholder_database_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWITCHBOARD_ENV", "production")
+    monkeypatch.setenv("DATABASE_URL", "postgresql+psycopg://app:change-me@db/switchboard")
+    with pytest.raises(ValidationError, match="real secret"):
+        DispatcherSettings()
+
+
+def test_production_accepts_a_real_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWITCHBOARD_ENV", "production")
+    monkeypatch.setenv("DATABASE_URL", "postgresql+psycopg://app:9f8a7b6c5d4e3f2a@db/switchboard")
+    assert DispatcherSettings().runtime.env is Environment.PRODUCTION
+
+
+def test_development_tolerates_placeholders() -> None:
+    require_real_secret("X", SecretStr("change-me"), RuntimeSettings(env=Environment.DEVELOPMENT))
+    with pytest.raises(ValueError):
+        require_real_secret("X", SecretStr("change-me"), RuntimeSettings(env=Environment.PRODUCTION))
