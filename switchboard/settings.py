@@ -41,7 +41,9 @@ class SharedSettings(BaseSettings):
 class RuntimeSettings(SharedSettings):
     """How this process runs: environment and logging."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_", env_file=stack_env_files(), extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_", env_file=stack_env_files(), extra="ignore", frozen=True
+    )
 
     env: Environment = Environment.DEVELOPMENT
     log_level: str = "INFO"

@@ -11,10 +11,9 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from switchboard.lifecycle import run_service
-
 from services.api.app import create_app
 from services.api.settings import ApiSettings
+from switchboard.lifecycle import run_service
 
 
 class _Server(uvicorn.Server):

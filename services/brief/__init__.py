@@ -1,1 +1,5 @@
-"""services.brief — Materializes the Home digest and the monthly usage rollups from the run and insight streams (SPEC §8)."""
+"""services.brief.
+
+Materializes the Home digest and the monthly usage rollups from the run and insight
+streams (SPEC §8).
+"""

@@ -2,10 +2,9 @@
 
 import asyncio
 
-from switchboard.lifecycle import run_service
-
 from services.brief.service import run
 from services.brief.settings import BriefSettings
+from switchboard.lifecycle import run_service
 
 
 def main() -> None:

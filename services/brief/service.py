@@ -6,9 +6,8 @@ starts, logs and stops cleanly on SIGTERM; the brief's own issue fills this in.
 
 import asyncio
 
-from switchboard.observability.logging import get_logger
-
 from services.brief.settings import BriefSettings
+from switchboard.observability.logging import get_logger
 
 log = get_logger(__name__)
 

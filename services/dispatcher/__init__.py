@@ -1,1 +1,5 @@
-"""services.dispatcher — Picks exactly one agent per inbound message and holds the single active run per conversation (SPEC §5)."""
+"""services.dispatcher: the dispatcher service.
+
+Picks exactly one agent per inbound message and holds the single active run per
+conversation (SPEC §5).
+"""

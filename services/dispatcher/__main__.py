@@ -2,10 +2,9 @@
 
 import asyncio
 
-from switchboard.lifecycle import run_service
-
 from services.dispatcher.service import run
 from services.dispatcher.settings import DispatcherSettings
+from switchboard.lifecycle import run_service
 
 
 def main() -> None:

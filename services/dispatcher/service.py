@@ -6,9 +6,8 @@ starts, logs and stops cleanly on SIGTERM; the dispatcher's own issue fills this
 
 import asyncio
 
-from switchboard.observability.logging import get_logger
-
 from services.dispatcher.settings import DispatcherSettings
+from switchboard.observability.logging import get_logger
 
 log = get_logger(__name__)
 

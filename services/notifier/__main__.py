@@ -2,10 +2,9 @@
 
 import asyncio
 
-from switchboard.lifecycle import run_service
-
 from services.notifier.service import run
 from services.notifier.settings import NotifierSettings
+from switchboard.lifecycle import run_service
 
 
 def main() -> None:

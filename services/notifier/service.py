@@ -6,9 +6,8 @@ starts, logs and stops cleanly on SIGTERM; the notifier's own issue fills this i
 
 import asyncio
 
-from switchboard.observability.logging import get_logger
-
 from services.notifier.settings import NotifierSettings
+from switchboard.observability.logging import get_logger
 
 log = get_logger(__name__)
 

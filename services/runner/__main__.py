@@ -2,10 +2,9 @@
 
 import asyncio
 
-from switchboard.lifecycle import run_service
-
 from services.runner.service import run
 from services.runner.settings import RunnerSettings
+from switchboard.lifecycle import run_service
 
 
 def main() -> None:

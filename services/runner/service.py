@@ -6,9 +6,8 @@ starts, logs and stops cleanly on SIGTERM; the runner's own issue fills this in.
 
 import asyncio
 
-from switchboard.observability.logging import get_logger
-
 from services.runner.settings import RunnerSettings
+from switchboard.observability.logging import get_logger
 
 log = get_logger(__name__)
 

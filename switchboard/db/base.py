@@ -21,7 +21,6 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     CheckConstraint,
     Date,
     DateTime,
@@ -62,7 +61,6 @@ class Base(DeclarativeBase):
         list[str]: ARRAY(Text()),
         list[uuid.UUID]: ARRAY(UUID(as_uuid=True)),
         str: Text(),
-        int: BigInteger(),
     }
 
 
@@ -73,17 +71,22 @@ def uuid_pk() -> Mapped[uuid.UUID]:
         primary_key=True,
         default=uuid.uuid4,
         server_default=text("gen_random_uuid()"),
+        sort_order=-100,
     )
 
 
 def created_at_column() -> Mapped[datetime]:
-    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now(), sort_order=100)
 
 
 def updated_at_column() -> Mapped[datetime]:
     """Set by the database on insert and by the ORM on every update."""
     return mapped_column(
-        DateTime(timezone=True), nullable=False, server_default=func.now(), onupdate=func.now()
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=func.now(),
+        onupdate=func.now(),
+        sort_order=101,
     )
 
 
@@ -106,15 +109,20 @@ class Timestamps(CreatedAt):
 
 
 class OrgScoped:
-    """Mixin: the ``org_id`` column that makes a table a tenant table (row-level security)."""
+    """Mixin: the ``org_id`` column that makes a table a tenant table (row-level security).
+
+    No single-column index here: each table declares an index or unique
+    constraint that *starts* with ``org_id`` and fits its queries (checked by a
+    unit test), which also serves the ON DELETE CASCADE from organizations.
+    """
 
     @declared_attr
-    def org_id(cls) -> Mapped[uuid.UUID]:  # noqa: N805 - declared_attr receives the class
+    def org_id(cls) -> Mapped[uuid.UUID]:
         return mapped_column(
             UUID(as_uuid=True),
             ForeignKey("organizations.id", ondelete="CASCADE"),
             nullable=False,
-            index=True,
+            sort_order=-90,
         )
 
 
@@ -128,15 +136,13 @@ def sql_literal_list(values: Iterable[str]) -> str:
     return ", ".join(rendered)
 
 
-def check_in(
-    column: str, values: type[StrEnum] | Iterable[str], *, name: str | None = None, nullable: bool = False
-) -> CheckConstraint:
-    """CHECK (column IN (...)) named ``ck_<table>_<name or column>`` by the naming convention."""
+def check_in(column: str, values: type[StrEnum] | Iterable[str], *, name: str | None = None) -> CheckConstraint:
+    """CHECK (column IN (...)) named ``ck_<table>_<name or column>`` by the naming convention.
+
+    A NULL passes a CHECK, so the same helper serves nullable columns.
+    """
     members = [str(v) for v in values]
-    condition = f"{column} IN ({sql_literal_list(members)})"
-    if nullable:
-        condition = f"{column} IS NULL OR {condition}"
-    return CheckConstraint(condition, name=name or column)
+    return CheckConstraint(f"{column} IN ({sql_literal_list(members)})", name=name or column)
 
 
 def check_non_negative(*columns: str) -> list[CheckConstraint]:

@@ -62,6 +62,16 @@ class MessageSender(StrEnum):
     SYSTEM = "system"
 
 
+class MessageContentType(StrEnum):
+    TEXT = "text"
+    IMAGE = "image"
+    AUDIO = "audio"
+    VIDEO = "video"
+    DOCUMENT = "document"
+    LOCATION = "location"
+    OTHER = "other"
+
+
 class MessageDeliveryStatus(StrEnum):
     """Inbound rows are ``received``; outbound rows go pending -> sent -> delivered/read or failed."""
 

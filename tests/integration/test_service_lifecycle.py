@@ -38,8 +38,9 @@ def test_service_starts_answers_health_and_stops_on_sigterm(service: str, stack:
         "DATABASE_URL": stack.database_url,
         "API_PORT" if service == "api" else f"{service.upper()}_HEALTH_PORT": str(port),
     }
-    proc = subprocess.Popen([*SWITCHBOARD, service], cwd=REPO_ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*SWITCHBOARD, service], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         response = _wait_healthy(port, proc)
         assert response.status_code == 200

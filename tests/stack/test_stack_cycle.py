@@ -38,16 +38,20 @@ def private_stack_env() -> Iterator[dict[str, str]]:
 
 
 def _make(target: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(["make", "--no-print-directory", target], cwd=REPO_ROOT, env=env,
-                            capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        ["make", "--no-print-directory", target], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240
+    )
     assert result.returncode == 0, f"make {target} failed:\n{result.stdout}\n{result.stderr}"
     return result
 
 
 def test_up_twice_down_up_down_leaves_nothing_listening(private_stack_env: dict[str, str]) -> None:
     env = private_stack_env
-    ports = [int(env["SWITCHBOARD_KAFKA_PORT"]), int(env["SWITCHBOARD_KAFKA_CONTROLLER_PORT"]),
-             int(env["SWITCHBOARD_PG_PORT"])]
+    ports = [
+        int(env["SWITCHBOARD_KAFKA_PORT"]),
+        int(env["SWITCHBOARD_KAFKA_CONTROLLER_PORT"]),
+        int(env["SWITCHBOARD_PG_PORT"]),
+    ]
 
     _make("up", env)
     assert all(listening(p) for p in ports)

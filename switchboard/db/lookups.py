@@ -1,0 +1,105 @@
+"""The few questions asked before the tenant is known, answered by narrow
+SECURITY DEFINER functions (created by migration 0001, owned by the owner role).
+
+Row-level security hides every tenant row until ``app.org_id`` is set, but some
+requests must first find out *which* org they belong to: a bearer token, a
+webhook naming a channel session, a user choosing among their orgs, the
+scheduler fanning out. Each function returns only the routing facts for one
+exact key (a token hash, a session name, a user id), never tenant content; the
+caller then opens a ``tenant_transaction`` for the org it got back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, text
+from sqlalchemy.orm import Session
+
+from switchboard.db.enums import Role
+
+# Names of the SQL functions, for grants and tests.
+LOOKUP_FUNCTIONS: tuple[str, ...] = (
+    "lookup_api_token",
+    "lookup_user_memberships",
+    "lookup_channel_session",
+    "list_organization_ids",
+    "list_due_followups",
+)
+
+
+def hash_api_token(token: str) -> bytes:
+    """The SHA-256 stored in ``api_tokens.token_hash`` (tokens are random, so no salt is needed)."""
+    return hashlib.sha256(token.encode()).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class ApiTokenIdentity:
+    token_id: uuid.UUID
+    org_id: uuid.UUID
+    user_id: uuid.UUID | None
+    role: Role
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipView:
+    org_id: uuid.UUID
+    org_name: str
+    org_slug: str
+    role: Role
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelSessionRoute:
+    channel_session_id: uuid.UUID
+    org_id: uuid.UUID
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class DueFollowup:
+    followup_id: uuid.UUID
+    org_id: uuid.UUID
+    due_at: datetime
+
+
+def lookup_api_token(db: Session | Connection, token_hash: bytes) -> ApiTokenIdentity | None:
+    """The active (not revoked, not expired) token with this hash, or None."""
+    row = db.execute(text("SELECT * FROM lookup_api_token(:h)"), {"h": token_hash}).one_or_none()
+    if row is None:
+        return None
+    return ApiTokenIdentity(row.token_id, row.org_id, row.user_id, Role(row.role), row.expires_at)
+
+
+def lookup_user_memberships(db: Session | Connection, user_id: uuid.UUID) -> list[MembershipView]:
+    """The orgs a user belongs to, with their role in each (for login and org switching)."""
+    rows = db.execute(text("SELECT * FROM lookup_user_memberships(:u)"), {"u": user_id}).all()
+    return [MembershipView(r.org_id, r.org_name, r.org_slug, Role(r.role)) for r in rows]
+
+
+def lookup_channel_session(
+    db: Session | Connection, provider: str, external_session: str
+) -> ChannelSessionRoute | None:
+    """Which org and channel session a provider webhook for ``external_session`` belongs to."""
+    row = db.execute(
+        text("SELECT * FROM lookup_channel_session(:p, :s)"),
+        {"p": provider, "s": external_session},
+    ).one_or_none()
+    if row is None:
+        return None
+    return ChannelSessionRoute(row.channel_session_id, row.org_id, row.status)
+
+
+def list_organization_ids(db: Session | Connection) -> list[uuid.UUID]:
+    """Every org id, for platform fan-out (the daily analysis, digest materialization)."""
+    return list(db.execute(text("SELECT * FROM list_organization_ids()")).scalars())
+
+
+def list_due_followups(db: Session | Connection, until: datetime, limit: int = 100) -> list[DueFollowup]:
+    """Scheduled follow-ups due by ``until``, oldest first, across orgs (ids only)."""
+    rows = db.execute(text("SELECT * FROM list_due_followups(:until, :limit)"), {"until": until, "limit": limit}).all()
+    return [DueFollowup(r.followup_id, r.org_id, r.due_at) for r in rows]

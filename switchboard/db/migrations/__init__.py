@@ -1,0 +1,1 @@
+"""Alembic migration environment and scripts (a package so that wheels ship them)."""

@@ -1,0 +1,52 @@
+"""All Switchboard models, one module per domain. Importing this package registers
+every table on ``Base.metadata`` (Alembic and the tenancy registry rely on that)."""
+
+from switchboard.db.base import Base
+from switchboard.db.models.agents import AiAgent, AiAgentVersion, AiModel, AiProviderCredential
+from switchboard.db.models.audit import AuditLogEntry
+from switchboard.db.models.autonomy import (
+    AgentDecision,
+    AgentUsageMonthly,
+    WorkspaceAutonomy,
+    WorkspaceDailyBrief,
+    WorkspaceHomePrefs,
+    WorkspaceInsight,
+    WorkspaceTokenUsage,
+)
+from switchboard.db.models.budgets import BudgetIncident, BudgetPolicy
+from switchboard.db.models.channels import ChannelSession, Contact, Conversation, Message
+from switchboard.db.models.followups import ScheduledFollowup
+from switchboard.db.models.outbox import OutboxEvent
+from switchboard.db.models.runs import ONE_ACTIVE_RUN_INDEX, AiAgentRun, DispatchDecision
+from switchboard.db.models.tenancy import ApiToken, Membership, Organization, User
+
+__all__ = [
+    "ONE_ACTIVE_RUN_INDEX",
+    "AgentDecision",
+    "AgentUsageMonthly",
+    "AiAgent",
+    "AiAgentRun",
+    "AiAgentVersion",
+    "AiModel",
+    "AiProviderCredential",
+    "ApiToken",
+    "AuditLogEntry",
+    "Base",
+    "BudgetIncident",
+    "BudgetPolicy",
+    "ChannelSession",
+    "Contact",
+    "Conversation",
+    "DispatchDecision",
+    "Membership",
+    "Message",
+    "Organization",
+    "OutboxEvent",
+    "ScheduledFollowup",
+    "User",
+    "WorkspaceAutonomy",
+    "WorkspaceDailyBrief",
+    "WorkspaceHomePrefs",
+    "WorkspaceInsight",
+    "WorkspaceTokenUsage",
+]

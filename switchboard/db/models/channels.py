@@ -1,0 +1,131 @@
+"""Where conversations happen: channel sessions (a WhatsApp number), contacts,
+conversations and their messages."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Boolean, CheckConstraint, ForeignKey, Index, UniqueConstraint, text
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from switchboard.db.base import Base, OrgScoped, Timestamps, UUIDPrimaryKey, check_in
+from switchboard.db.enums import (
+    ChannelProvider,
+    ChannelSessionStatus,
+    ConversationStatus,
+    MessageContentType,
+    MessageDeliveryStatus,
+    MessageDirection,
+    MessageSender,
+)
+
+_E164 = r"^\+[1-9][0-9]{6,14}$"
+
+
+class ChannelSession(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
+    """One connected number on a channel provider (a WAHA session)."""
+
+    __tablename__ = "channel_sessions"
+    __table_args__ = (
+        check_in("provider", ChannelProvider),
+        check_in("status", ChannelSessionStatus),
+        CheckConstraint(f"phone_number IS NULL OR phone_number ~ '{_E164}'", name="phone_e164"),
+        # The webhook names the session; the pair must lead to exactly one org.
+        UniqueConstraint("provider", "external_session"),
+        Index(None, "org_id", "created_at"),
+    )
+
+    provider: Mapped[str] = mapped_column(server_default=text("'waha'"))
+    # The provider's own name for the session (WAHA "session"), as sent in webhooks.
+    external_session: Mapped[str]
+    label: Mapped[str]
+    phone_number: Mapped[str | None]
+    status: Mapped[str] = mapped_column(server_default=text("'starting'"))
+    # The provider endpoint for this session; NULL means the platform's configured default.
+    base_url: Mapped[str | None]
+
+
+class Contact(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
+    """A customer the organization talks to, identified by the channel's chat id."""
+
+    __tablename__ = "contacts"
+    __table_args__ = (
+        UniqueConstraint("org_id", "external_id"),
+        CheckConstraint(f"phone_number IS NULL OR phone_number ~ '{_E164}'", name="phone_e164"),
+    )
+
+    # The channel's id of the person (WhatsApp: "5511999999999@c.us").
+    external_id: Mapped[str]
+    display_name: Mapped[str | None]
+    phone_number: Mapped[str | None]
+    email: Mapped[str | None]
+    attributes: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))
+
+
+class Conversation(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
+    """One chat on one channel session; at most one active agent run at a time."""
+
+    __tablename__ = "conversations"
+    __table_args__ = (
+        check_in("status", ConversationStatus),
+        UniqueConstraint("channel_session_id", "chat_id"),
+        Index(None, "org_id", "last_message_at"),
+    )
+
+    channel_session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("channel_sessions.id", ondelete="RESTRICT"))
+    # NULL for group chats, which have no single contact.
+    contact_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("contacts.id", ondelete="SET NULL"), index=True)
+    chat_id: Mapped[str]
+    is_group: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    status: Mapped[str] = mapped_column(server_default=text("'open'"))
+    # The human who took the conversation over after a handoff.
+    assigned_user_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    handoff_at: Mapped[datetime | None]
+    last_message_at: Mapped[datetime | None]
+    # Rolling thread summary fed to the prompt's memory layer.
+    summary: Mapped[str | None]
+
+    messages: Mapped[list[Message]] = relationship(back_populates="conversation", lazy="raise", passive_deletes=True)
+
+
+class Message(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
+    """A message in or out. Ingest is idempotent on (channel_session_id, external_id)."""
+
+    __tablename__ = "messages"
+    __table_args__ = (
+        check_in("direction", MessageDirection),
+        check_in("sender", MessageSender),
+        check_in("content_type", MessageContentType),
+        check_in("delivery_status", MessageDeliveryStatus),
+        UniqueConstraint("channel_session_id", "external_id"),
+        # The notifier's idempotency key ("reply of run X"): a reply is recorded once.
+        UniqueConstraint("channel_session_id", "dedupe_key"),
+        Index(None, "conversation_id", "occurred_at"),
+        Index(None, "org_id", "created_at"),
+    )
+
+    conversation_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("conversations.id", ondelete="CASCADE"))
+    channel_session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("channel_sessions.id", ondelete="RESTRICT"))
+    direction: Mapped[str]
+    sender: Mapped[str]
+    # The channel's message id; NULL for an outbound message not yet accepted by the channel.
+    external_id: Mapped[str | None]
+    dedupe_key: Mapped[str | None]
+    body: Mapped[str] = mapped_column(server_default=text("''"))
+    content_type: Mapped[str] = mapped_column(server_default=text("'text'"))
+    from_me: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    delivery_status: Mapped[str] = mapped_column(server_default=text("'received'"))
+    delivery_error: Mapped[str | None]
+    # The run that produced an outbound message (FK added after ai_agent_runs exists).
+    run_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("ai_agent_runs.id", ondelete="SET NULL", use_alter=True), index=True
+    )
+    # The human who typed an outbound message, when one did.
+    sent_by_user_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    # When the channel says the message happened (not when we stored it).
+    occurred_at: Mapped[datetime] = mapped_column(server_default=text("now()"))
+    attributes: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))
+
+    conversation: Mapped[Conversation] = relationship(back_populates="messages", lazy="raise")
