@@ -10,6 +10,30 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+# The vocabularies that also travel on Kafka are declared once, in the contracts,
+# and re-exported here so the database and the events can never disagree.
+from switchboard.contracts.enums import (
+    AgentVersionStatus,
+    ConcurrencyPolicy,
+    ErrorFamily,
+    InsightKind,
+    InsightStatus,
+    RunStatus,
+    WakeReason,
+)
+from switchboard.contracts.enums import Vitality as RunVitality
+
+__all__ = [
+    "AgentVersionStatus",
+    "ConcurrencyPolicy",
+    "ErrorFamily",
+    "InsightKind",
+    "InsightStatus",
+    "RunStatus",
+    "RunVitality",
+    "WakeReason",
+]
+
 
 class Role(StrEnum):
     """A member's role in an organization; ordered viewer < manager < admin."""
@@ -119,68 +143,8 @@ class AgentPauseReason(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"
 
 
-class AgentVersionStatus(StrEnum):
-    DRAFT = "draft"
-    PUBLISHED = "published"
-    SUPERSEDED = "superseded"
-    ARCHIVED = "archived"
-
-
-class ConcurrencyPolicy(StrEnum):
-    """What happens to a message that arrives while its conversation has an active run."""
-
-    ENQUEUE = "enqueue"
-    STEER = "steer"
-    INTERRUPT = "interrupt"
-    REJECT = "reject"
-
-
-class RunStatus(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    ABORTED = "aborted"
-    HANDOFF = "handoff"
-
-
 # Statuses that hold the conversation: at most one such non-dry run per conversation.
 ACTIVE_RUN_STATUSES: tuple[RunStatus, ...] = (RunStatus.PENDING, RunStatus.RUNNING)
-
-
-class RunVitality(StrEnum):
-    """The finer reading of a run than its status [002]: ``completed`` is not "delivered"."""
-
-    ALIVE = "alive"
-    PRODUCTIVE = "productive"
-    COMPLETED = "completed"
-    BLOCKED = "blocked"
-    EMPTY = "empty"
-    LOOPING = "looping"
-    FAILED = "failed"
-    STALLED = "stalled"
-    DEAD = "dead"
-
-
-class ErrorFamily(StrEnum):
-    TRANSIENT_UPSTREAM = "transientUpstream"
-    BUDGET_EXCEEDED = "budgetExceeded"
-    PROCESS_LOST = "processLost"
-    SILENT_RUN = "silentRun"
-    TOOL_FAILURE = "toolFailure"
-    UNKNOWN = "unknown"
-
-
-class WakeReason(StrEnum):
-    """Why a run woke up [002]; ``scheduled`` is the daily analysis fan-out."""
-
-    USER_MESSAGE = "userMessage"
-    ASSIGNMENT = "assignment"
-    PIPELINE_STEP = "pipelineStep"
-    CHILD_COMPLETED = "childCompleted"
-    FOLLOW_UP = "followUp"
-    RECOVERY = "recovery"
-    SCHEDULED = "scheduled"
 
 
 class DispatchOutcome(StrEnum):
@@ -206,24 +170,10 @@ class DecisionStatus(StrEnum):
     EXECUTED = "executed"
 
 
-class InsightKind(StrEnum):
-    INSIGHT = "insight"
-    PROPOSED_ACTION = "proposed_action"
-
-
 class InsightSeverity(StrEnum):
     INFO = "info"
     WARNING = "warning"
     CRITICAL = "critical"
-
-
-class InsightStatus(StrEnum):
-    """``open`` until the owner touches it; the other three survive every re-analysis."""
-
-    OPEN = "open"
-    SEEN = "seen"
-    DISMISSED = "dismissed"
-    ACTIONED = "actioned"
 
 
 # Statuses a re-run of the analysis must never overwrite.

@@ -59,7 +59,7 @@ def upsert_insight(
         "suggested_actions": list(suggested_actions),
         "run_id": run_id,
         "agent_decision_id": agent_decision_id,
-        "status": str(InsightStatus.OPEN),
+        "status": str(InsightStatus.NEW),
     }
     if insight_date is not None:
         values["insight_date"] = insight_date

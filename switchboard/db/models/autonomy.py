@@ -167,7 +167,7 @@ class WorkspaceInsight(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         ForeignKey("agent_decisions.id", ondelete="SET NULL"), index=True
     )
     run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("ai_agent_runs.id", ondelete="SET NULL"), index=True)
-    status: Mapped[str] = mapped_column(server_default=text("'open'"))
+    status: Mapped[str] = mapped_column(server_default=text("'new'"))
     status_changed_at: Mapped[datetime | None]
     status_changed_by: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
 

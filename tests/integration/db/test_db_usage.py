@@ -98,7 +98,7 @@ class TestUpsertInsight:
     ) -> None:
         key = f"cold-leads:{uuid.uuid4().hex[:6]}"
         insight_id, first_status, created = self._upsert(db, org_a, key, "3 leads went cold")
-        assert (first_status, created) == (InsightStatus.OPEN, True)
+        assert (first_status, created) == (InsightStatus.NEW, True)
 
         self._set_status(db, org_a, insight_id, status)
         again_id, again_status, created = self._upsert(db, org_a, key, "5 leads went cold")
@@ -115,6 +115,6 @@ class TestUpsertInsight:
         key = "same-key-in-two-orgs"
         a_id, _, _ = self._upsert(db, org_a, key, "A")
         b_id, b_status, b_created = self._upsert(db, org_b, key, "B")
-        assert a_id != b_id and (b_status, b_created) == (InsightStatus.OPEN, True)
+        assert a_id != b_id and (b_status, b_created) == (InsightStatus.NEW, True)
         again_id, status, created = self._upsert(db, org_a, key, "A2")
-        assert (again_id, status, created) == (a_id, InsightStatus.OPEN, False)
+        assert (again_id, status, created) == (a_id, InsightStatus.NEW, False)

@@ -972,7 +972,7 @@ def upgrade() -> None:
             name=op.f("ck_ai_agent_runs_vitality"),
         ),
         sa.CheckConstraint(
-            "wake_reason IN ('userMessage', 'assignment', 'pipelineStep', 'childCompleted', 'followUp', 'recovery', 'scheduled')",
+            "wake_reason IN ('userMessage', 'assignment', 'pipelineStep', 'childCompleted', 'followUp', 'recovery')",
             name=op.f("ck_ai_agent_runs_wake_reason"),
         ),
         sa.CheckConstraint("attempt >= 0", name=op.f("ck_ai_agent_runs_attempt_non_negative")),
@@ -1088,7 +1088,7 @@ def upgrade() -> None:
             name=op.f("ck_dispatch_decisions_outcome"),
         ),
         sa.CheckConstraint(
-            "wake_reason IN ('userMessage', 'assignment', 'pipelineStep', 'childCompleted', 'followUp', 'recovery', 'scheduled')",
+            "wake_reason IN ('userMessage', 'assignment', 'pipelineStep', 'childCompleted', 'followUp', 'recovery')",
             name=op.f("ck_dispatch_decisions_wake_reason"),
         ),
         sa.ForeignKeyConstraint(
@@ -1395,7 +1395,7 @@ def upgrade() -> None:
         sa.Column("insight_date", sa.Date(), server_default=sa.text("CURRENT_DATE"), nullable=False),
         sa.Column("agent_decision_id", sa.UUID(), nullable=True),
         sa.Column("run_id", sa.UUID(), nullable=True),
-        sa.Column("status", sa.Text(), server_default=sa.text("'open'"), nullable=False),
+        sa.Column("status", sa.Text(), server_default=sa.text("'new'"), nullable=False),
         sa.Column("status_changed_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("status_changed_by", sa.UUID(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
@@ -1407,7 +1407,7 @@ def upgrade() -> None:
         sa.CheckConstraint("kind IN ('insight', 'proposed_action')", name=op.f("ck_workspace_insights_kind")),
         sa.CheckConstraint("severity IN ('info', 'warning', 'critical')", name=op.f("ck_workspace_insights_severity")),
         sa.CheckConstraint(
-            "status IN ('open', 'seen', 'dismissed', 'actioned')", name=op.f("ck_workspace_insights_status")
+            "status IN ('new', 'seen', 'dismissed', 'actioned')", name=op.f("ck_workspace_insights_status")
         ),
         sa.ForeignKeyConstraint(
             ["agent_decision_id"],
