@@ -4,6 +4,8 @@
     switchboard migrate [--revision REV] [--downgrade]  apply database migrations (owner role)
     switchboard topics create [--wait SECONDS]          create every registered topic (idempotent)
     switchboard topics list                              show the registry and what the broker has
+    switchboard admin bootstrap --org NAME --email EMAIL create an org, its admin and an admin token (JSON)
+    switchboard admin new-key --id ID                    print a new entry for SWITCHBOARD_ENCRYPTION_KEYS
 
 Each service is imported only when asked for, so ``switchboard migrate`` never
 loads the runner's provider SDKs and one broken service cannot stop the others' CLI.
@@ -53,6 +55,31 @@ def _topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _admin(args: argparse.Namespace) -> int:
+    if args.admin_command == "new-key":
+        from switchboard.crypto import KeyRing
+
+        print(f"{args.id}:{KeyRing.generate_key()}")
+        return 0
+    from sqlalchemy.orm import Session
+
+    from services.api.identity.service import bootstrap_organization
+    from switchboard.db.session import create_engine
+    from switchboard.settings import DatabaseSettings
+
+    password = sys.stdin.readline().rstrip("\n") if args.password_stdin else None
+    engine = create_engine(DatabaseSettings().url.get_secret_value())
+    try:
+        with Session(engine) as session, session.begin():
+            org_id, user_id, token = bootstrap_organization(
+                session, org_name=args.org, email=args.email, password=password, time_zone=args.time_zone
+            )
+    finally:
+        engine.dispose()
+    print(json.dumps({"org_id": str(org_id), "user_id": str(user_id), "token": token}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchboard", description="Run and operate Switchboard.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -66,6 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     create = topics_sub.add_parser("create", help="create every registered topic that is missing")
     create.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the broker")
     topics_sub.add_parser("list", help="list registered topics and their state on the broker")
+    admin_parser = sub.add_parser("admin", help="operator tasks")
+    admin_sub = admin_parser.add_subparsers(dest="admin_command", required=True)
+    bootstrap = admin_sub.add_parser("bootstrap", help="create an organization with its first admin")
+    bootstrap.add_argument("--org", required=True, help="organization name")
+    bootstrap.add_argument("--email", required=True, help="the admin's email")
+    bootstrap.add_argument("--time-zone", default="UTC", help="IANA time zone of the organization")
+    bootstrap.add_argument("--password-stdin", action="store_true", help="read the admin's login password from stdin")
+    new_key = admin_sub.add_parser("new-key", help="generate an AES-256 key entry")
+    new_key.add_argument("--id", required=True, help="key id, e.g. 2026-11")
     return parser
 
 
@@ -75,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_service(args.command)
     if args.command == "migrate":
         return _migrate(args)
+    if args.command == "admin":
+        return _admin(args)
     return _topics(args)
 
 

@@ -19,6 +19,14 @@ def stack() -> Iterator[StackEndpoints]:
         container.stop()  # type: ignore[attr-defined]
 
 
+@pytest.fixture(scope="session")
+def migrated(stack: StackEndpoints) -> None:
+    """The stack's database at the head revision (idempotent; ``make up`` normally did it)."""
+    from switchboard.db.migrate import upgrade
+
+    upgrade(stack.database_owner_url)
+
+
 @pytest.fixture
 def kafka_settings(stack: StackEndpoints) -> KafkaSettings:
     """Settings whose topic names are unique to this test (a uuid prefix)."""

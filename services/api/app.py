@@ -1,25 +1,59 @@
-"""The FastAPI application: probes, metrics, request ids. Domain routers arrive with the API issue."""
+"""The FastAPI application: middleware, error envelope, probes, and one router per domain."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from services.api.agents.endpoints import router as agents_router
+from services.api.audit.endpoints import router as audit_router
+from services.api.catalog.endpoints import router as catalog_router
+from services.api.channels.endpoints import router as channels_router
+from services.api.core.database import Database
+from services.api.core.errors import install_error_handlers
+from services.api.credentials.endpoints import router as credentials_router
+from services.api.identity.endpoints import router as identity_router
+from services.api.runs.endpoints import router as runs_router
+from services.api.settings import ApiSettings
+from services.api.webhooks.endpoints import router as webhooks_router
+from switchboard.crypto import KeyRing
+from switchboard.kafka.admin import broker_answers
 
 REQUEST_ID_HEADER = "X-Request-Id"
 
 
-def create_app() -> FastAPI:
+def create_app(settings: ApiSettings | None = None) -> FastAPI:
     """Build the app; every response carries ``X-Request-Id`` (the caller's, or a new one)."""
-    app = FastAPI(title="Switchboard API", version="0.1.0", docs_url="/docs", openapi_url="/openapi.json")
+    settings = settings or ApiSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.settings = settings
+        app.state.keyring = KeyRing.from_settings(settings.runtime)
+        app.state.database = Database.connect(settings.database)
+        try:
+            yield
+        finally:
+            await app.state.database.dispose()
+
+    app = FastAPI(
+        title="Switchboard API",
+        version="0.1.0",
+        description="Configure agents, credentials and channels; read runs, the audit log and the Home digest.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
 
     @app.middleware("http")
     async def request_id(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         incoming = request.headers.get(REQUEST_ID_HEADER, "")
-        rid = incoming if 0 < len(incoming) <= 128 else str(uuid.uuid4())
+        rid = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else str(uuid.uuid4())
         request.state.request_id = rid
         response = await call_next(request)
         response.headers[REQUEST_ID_HEADER] = rid
@@ -30,18 +64,33 @@ def create_app() -> FastAPI:
         return {"status": "ok"}
 
     @app.get("/readyz", include_in_schema=False)
-    async def readyz() -> dict[str, str]:
-        return {"status": "ready"}
+    async def readyz(request: Request) -> JSONResponse:
+        checks = {"database": False, "kafka": False}
+        try:
+            async with request.app.state.database.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+            checks["database"] = True
+        except Exception:
+            checks["database"] = False
+        checks["kafka"] = await broker_answers(settings.kafka)
+        ready = all(checks.values())
+        return JSONResponse(
+            {"status": "ready" if ready else "not_ready", "checks": checks}, status_code=200 if ready else 503
+        )
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.exception_handler(404)
-    async def not_found(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(
-            {"error": {"code": "not_found", "message": "No such resource", "request_id": request.state.request_id}},
-            status_code=404,
-        )
-
+    for router in (
+        identity_router,
+        catalog_router,
+        credentials_router,
+        agents_router,
+        runs_router,
+        channels_router,
+        webhooks_router,
+        audit_router,
+    ):
+        app.include_router(router)
     return app

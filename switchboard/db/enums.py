@@ -35,6 +35,13 @@ __all__ = [
 ]
 
 
+class ApiTokenKind(StrEnum):
+    """How a bearer token came to be: a login session, or minted for automation."""
+
+    API = "api"
+    SESSION = "session"
+
+
 class Role(StrEnum):
     """A member's role in an organization; ordered viewer < manager < admin."""
 

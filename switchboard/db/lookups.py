@@ -19,7 +19,7 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session
 
-from switchboard.db.enums import Role
+from switchboard.db.enums import ApiTokenKind, Role
 
 # Names of the SQL functions, for grants and tests.
 LOOKUP_FUNCTIONS: tuple[str, ...] = (
@@ -43,6 +43,8 @@ class ApiTokenIdentity:
     user_id: uuid.UUID | None
     role: Role
     expires_at: datetime | None
+    kind: ApiTokenKind
+    mfa_verified: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,9 @@ def lookup_api_token(db: Session | Connection, token_hash: bytes) -> ApiTokenIde
     row = db.execute(text("SELECT * FROM lookup_api_token(:h)"), {"h": token_hash}).one_or_none()
     if row is None:
         return None
-    return ApiTokenIdentity(row.token_id, row.org_id, row.user_id, Role(row.role), row.expires_at)
+    return ApiTokenIdentity(
+        row.token_id, row.org_id, row.user_id, Role(row.role), row.expires_at, ApiTokenKind(row.kind), row.mfa_verified
+    )
 
 
 def lookup_user_memberships(db: Session | Connection, user_id: uuid.UUID) -> list[MembershipView]:

@@ -140,3 +140,13 @@ async def describe_topics(settings: KafkaSettings, *, wait_s: float = 10.0) -> l
         }
         for spec in specs
     ]
+
+
+async def broker_answers(settings: KafkaSettings, *, timeout_s: float = 2.0) -> bool:
+    """True when the broker answers a metadata request within ``timeout_s`` (readiness probes)."""
+    try:
+        admin = await asyncio.wait_for(_connect(settings, 0.0), timeout=timeout_s)
+    except (KafkaError, TimeoutError, OSError):
+        return False
+    await admin.close()
+    return True

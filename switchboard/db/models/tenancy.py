@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from switchboard.db.base import Base, OrgScoped, Timestamps, UUIDPrimaryKey, check_in
-from switchboard.db.enums import Role
+from switchboard.db.enums import ApiTokenKind, Role
 
 
 class Organization(UUIDPrimaryKey, Timestamps, Base):
@@ -115,6 +115,7 @@ class ApiToken(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     __tablename__ = "api_tokens"
     __table_args__ = (
         check_in("role", Role),
+        check_in("kind", ApiTokenKind),
         CheckConstraint("octet_length(token_hash) = 32", name="token_hash_sha256"),
         CheckConstraint("char_length(token_prefix) BETWEEN 1 AND 16", name="token_prefix_length"),
         CheckConstraint("expires_at IS NULL OR expires_at > created_at", name="expires_after_created"),
@@ -132,3 +133,7 @@ class ApiToken(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     expires_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
     last_used_at: Mapped[datetime | None]
+    # ``session`` tokens come from a login; ``api`` tokens are minted for scripts and automation.
+    kind: Mapped[str] = mapped_column(server_default=text("'api'"))
+    # True only when the holder proved a second factor (TOTP) when the token was issued [004 §7].
+    mfa_verified: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))

@@ -31,8 +31,15 @@ def test_incompatible_fixture_pair_fails_with_every_reason() -> None:
     new = load_json(FIXTURES / "incompatible_new.avsc")
     problems = check_backward(old, new)
     assert {p.path for p in problems} == {
-        "Order.count", "Order.amount", "Order.state", "Order.kind", "Order.lines[].qty",
-        "Order.tags{}", "Order.maybe<null>", "Order.created_at", "Order.channel",
+        "Order.count",
+        "Order.amount",
+        "Order.state",
+        "Order.kind",
+        "Order.lines[].qty",
+        "Order.tags{}",
+        "Order.maybe<null>",
+        "Order.created_at",
+        "Order.channel",
         "Order.priority",
     }
     by_path = {p.path: p.message for p in problems}
@@ -64,24 +71,39 @@ def _field(name: str, type_: Any, **extra: Any) -> dict[str, Any]:
 ENUM_AB = {"type": "enum", "name": "E", "symbols": ["a", "b"]}
 ENUM_A = {"type": "enum", "name": "E", "symbols": ["a"]}
 ENUM_A_DEFAULT = {"type": "enum", "name": "E", "symbols": ["a"], "default": "a"}
-LINKED = {"type": "record", "name": "Node", "namespace": "t", "fields": [
-    {"name": "value", "type": "int"},
-    {"name": "next", "type": ["null", "Node"], "default": None}]}
-LINKED_LONG = {"type": "record", "name": "Node", "namespace": "t", "fields": [
-    {"name": "value", "type": "long"},
-    {"name": "next", "type": ["null", "Node"], "default": None}]}
-LINKED_BAD = {"type": "record", "name": "Node", "namespace": "t", "fields": [
-    {"name": "value", "type": "int"},
-    {"name": "label", "type": "string"},
-    {"name": "next", "type": ["null", "Node"], "default": None}]}
+LINKED = {
+    "type": "record",
+    "name": "Node",
+    "namespace": "t",
+    "fields": [{"name": "value", "type": "int"}, {"name": "next", "type": ["null", "Node"], "default": None}],
+}
+LINKED_LONG = {
+    "type": "record",
+    "name": "Node",
+    "namespace": "t",
+    "fields": [{"name": "value", "type": "long"}, {"name": "next", "type": ["null", "Node"], "default": None}],
+}
+LINKED_BAD = {
+    "type": "record",
+    "name": "Node",
+    "namespace": "t",
+    "fields": [
+        {"name": "value", "type": "int"},
+        {"name": "label", "type": "string"},
+        {"name": "next", "type": ["null", "Node"], "default": None},
+    ],
+}
 
 COMPATIBLE = {
-    "field removed": (_record(_field("a", "int"), _field("b", "string")),
-                      _record(_field("a", "int"))),
-    "field added with default": (_record(_field("a", "int")),
-                                 _record(_field("a", "int"), _field("b", "string", default="x"))),
-    "nullable field added": (_record(_field("a", "int")),
-                             _record(_field("a", "int"), _field("b", ["null", "long"], default=None))),
+    "field removed": (_record(_field("a", "int"), _field("b", "string")), _record(_field("a", "int"))),
+    "field added with default": (
+        _record(_field("a", "int")),
+        _record(_field("a", "int"), _field("b", "string", default="x")),
+    ),
+    "nullable field added": (
+        _record(_field("a", "int")),
+        _record(_field("a", "int"), _field("b", ["null", "long"], default=None)),
+    ),
     "int to long": (_record(_field("a", "int")), _record(_field("a", "long"))),
     "int to double": (_record(_field("a", "int")), _record(_field("a", "double"))),
     "long to float": (_record(_field("a", "long")), _record(_field("a", "float"))),
@@ -89,53 +111,61 @@ COMPATIBLE = {
     "string to bytes": (_record(_field("a", "string")), _record(_field("a", "bytes"))),
     "bytes to string": (_record(_field("a", "bytes")), _record(_field("a", "string"))),
     "enum symbol added": (_record(_field("e", ENUM_A)), _record(_field("e", ENUM_AB))),
-    "enum symbol removed with default": (_record(_field("e", ENUM_AB)),
-                                         _record(_field("e", ENUM_A_DEFAULT))),
+    "enum symbol removed with default": (_record(_field("e", ENUM_AB)), _record(_field("e", ENUM_A_DEFAULT))),
     "value to union": (_record(_field("a", "int")), _record(_field("a", ["null", "int"]))),
-    "union widened": (_record(_field("a", ["null", "int"])),
-                      _record(_field("a", ["null", "int", "string"]))),
-    "union branch promoted": (_record(_field("a", ["null", "int"])),
-                              _record(_field("a", ["null", "long"]))),
-    "array items promoted": (_record(_field("a", {"type": "array", "items": "int"})),
-                             _record(_field("a", {"type": "array", "items": "double"}))),
-    "map values promoted": (_record(_field("a", {"type": "map", "values": "float"})),
-                            _record(_field("a", {"type": "map", "values": "double"}))),
-    "field renamed with alias": (_record(_field("a", "int")),
-                                 _record(_field("b", "int", aliases=["a"]))),
-    "record renamed with alias": (_record(_field("a", "int")),
-                                  _record(_field("a", "int"), name="S", aliases=["R"])),
+    "union widened": (_record(_field("a", ["null", "int"])), _record(_field("a", ["null", "int", "string"]))),
+    "union branch promoted": (_record(_field("a", ["null", "int"])), _record(_field("a", ["null", "long"]))),
+    "array items promoted": (
+        _record(_field("a", {"type": "array", "items": "int"})),
+        _record(_field("a", {"type": "array", "items": "double"})),
+    ),
+    "map values promoted": (
+        _record(_field("a", {"type": "map", "values": "float"})),
+        _record(_field("a", {"type": "map", "values": "double"})),
+    ),
+    "field renamed with alias": (_record(_field("a", "int")), _record(_field("b", "int", aliases=["a"]))),
+    "record renamed with alias": (_record(_field("a", "int")), _record(_field("a", "int"), name="S", aliases=["R"])),
     "recursive type promoted": (LINKED, LINKED_LONG),
-    "uuid logical type dropped": (_record(_field("a", {"type": "string", "logicalType": "uuid"})),
-                                  _record(_field("a", "string"))),
+    "uuid logical type dropped": (
+        _record(_field("a", {"type": "string", "logicalType": "uuid"})),
+        _record(_field("a", "string")),
+    ),
 }
 
 INCOMPATIBLE = {
-    "field added without default": (_record(_field("a", "int")),
-                                    _record(_field("a", "int"), _field("b", "string"))),
+    "field added without default": (_record(_field("a", "int")), _record(_field("a", "int"), _field("b", "string"))),
     "long to int": (_record(_field("a", "long")), _record(_field("a", "int"))),
     "double to float": (_record(_field("a", "double")), _record(_field("a", "float"))),
     "int to string": (_record(_field("a", "int")), _record(_field("a", "string"))),
     "string to int": (_record(_field("a", "string")), _record(_field("a", "int"))),
     "enum symbol removed": (_record(_field("e", ENUM_AB)), _record(_field("e", ENUM_A))),
     "union narrowed": (_record(_field("a", ["null", "int"])), _record(_field("a", "int"))),
-    "union lost a branch": (_record(_field("a", ["null", "int", "string"])),
-                            _record(_field("a", ["null", "int"]))),
-    "record to map": (_record(_field("a", _record(_field("x", "int"), name="In"))),
-                      _record(_field("a", {"type": "map", "values": "int"}))),
-    "array items changed": (_record(_field("a", {"type": "array", "items": "long"})),
-                            _record(_field("a", {"type": "array", "items": "int"}))),
-    "map values changed": (_record(_field("a", {"type": "map", "values": "string"})),
-                           _record(_field("a", {"type": "map", "values": "boolean"}))),
+    "union lost a branch": (_record(_field("a", ["null", "int", "string"])), _record(_field("a", ["null", "int"]))),
+    "record to map": (
+        _record(_field("a", _record(_field("x", "int"), name="In"))),
+        _record(_field("a", {"type": "map", "values": "int"})),
+    ),
+    "array items changed": (
+        _record(_field("a", {"type": "array", "items": "long"})),
+        _record(_field("a", {"type": "array", "items": "int"})),
+    ),
+    "map values changed": (
+        _record(_field("a", {"type": "map", "values": "string"})),
+        _record(_field("a", {"type": "map", "values": "boolean"})),
+    ),
     "nested field added without default": (
         _record(_field("a", _record(_field("x", "int"), name="In"))),
-        _record(_field("a", _record(_field("x", "int"), _field("y", "int"), name="In")))),
+        _record(_field("a", _record(_field("x", "int"), _field("y", "int"), name="In"))),
+    ),
     "record renamed": (_record(_field("a", "int")), _record(_field("a", "int"), name="S")),
-    "enum renamed": (_record(_field("e", ENUM_AB)),
-                     _record(_field("e", {**ENUM_AB, "name": "F"}))),
-    "fixed resized": (_record(_field("f", {"type": "fixed", "name": "F", "size": 4})),
-                      _record(_field("f", {"type": "fixed", "name": "F", "size": 8}))),
+    "enum renamed": (_record(_field("e", ENUM_AB)), _record(_field("e", {**ENUM_AB, "name": "F"}))),
+    "fixed resized": (
+        _record(_field("f", {"type": "fixed", "name": "F", "size": 4})),
+        _record(_field("f", {"type": "fixed", "name": "F", "size": 8})),
+    ),
     "recursive type gained a required field": (LINKED, LINKED_BAD),
 }
+
 
 @pytest.mark.parametrize("case", COMPATIBLE, ids=str)
 def test_compatible_change(case: str) -> None:
@@ -172,10 +202,10 @@ def test_invalid_schema_is_reported_not_raised() -> None:
 
 @pytest.mark.parametrize("topic", all_topics(), ids=lambda t: t.name)
 def test_current_schema_is_backward_compatible_with_every_released_version(
-        catalog: CatalogRegistry, topic: TopicSpec[Record]) -> None:
+    catalog: CatalogRegistry, topic: TopicSpec[Record]
+) -> None:
     entries = catalog.versions(topic.subject)
     assert entries, f"{topic.name} has no released version"
     released = [catalog.schema_by_id(e.schema_id) for e in entries]
-    problems = check_backward_transitive(released, topic.load_schema(),
-                                         labels=[f"v{e.version}" for e in entries])
+    problems = check_backward_transitive(released, topic.load_schema(), labels=[f"v{e.version}" for e in entries])
     assert problems == [], "\n".join(str(p) for p in problems)

@@ -61,9 +61,15 @@ def _compare_type(avro: Any, py: Any, path: str, names: dict[str, Any]) -> None:
     kind = avro if isinstance(avro, str) else avro["type"]
     logical = avro.get("logicalType") if isinstance(avro, dict) else None
     expected: dict[tuple[str, str | None], type] = {
-        ("string", "uuid"): UUID, ("string", None): str, ("boolean", None): bool,
-        ("long", "timestamp-millis"): datetime, ("int", "date"): date,
-        ("int", None): int, ("long", None): int, ("bytes", None): bytes, ("double", None): float,
+        ("string", "uuid"): UUID,
+        ("string", None): str,
+        ("boolean", None): bool,
+        ("long", "timestamp-millis"): datetime,
+        ("int", "date"): date,
+        ("int", None): int,
+        ("long", None): int,
+        ("bytes", None): bytes,
+        ("double", None): float,
     }
     if (kind, logical) in expected:
         assert py is expected[(kind, logical)], f"{path}: {kind}/{logical} but model has {py}"
@@ -97,8 +103,7 @@ def _compare_default(avro_field: dict[str, Any], info: FieldInfo, path: str) -> 
     assert default == avro_field["default"], f"{path}: default {default!r} != schema's"
 
 
-def _compare_record(schema: dict[str, Any], model: type[BaseModel], path: str,
-                    names: dict[str, Any]) -> None:
+def _compare_record(schema: dict[str, Any], model: type[BaseModel], path: str, names: dict[str, Any]) -> None:
     assert model.__name__ == schema["name"], f"{path}: record name differs"
     avro_fields = [f["name"] for f in schema["fields"]]
     assert list(model.model_fields) == avro_fields, f"{path}: fields (or their order) differ"
@@ -164,8 +169,14 @@ def test_timestamps_are_normalized_to_utc_milliseconds() -> None:
     from switchboard.contracts import SteeringKind, SteeringMessage
 
     local = datetime(2025, 1, 1, 9, 0, 0, 123456, tzinfo=timezone(timedelta(hours=-3)))
-    record = SteeringMessage(org_id=UUID(int=1), conversation_id=UUID(int=2), run_id=UUID(int=3),
-                             kind=SteeringKind.GUIDANCE, text="x", occurred_at=local)
+    record = SteeringMessage(
+        org_id=UUID(int=1),
+        conversation_id=UUID(int=2),
+        run_id=UUID(int=3),
+        kind=SteeringKind.GUIDANCE,
+        text="x",
+        occurred_at=local,
+    )
     assert record.occurred_at.utcoffset() == timedelta(0)
     assert record.occurred_at.hour == 12 and record.occurred_at.microsecond == 123000
 
@@ -175,8 +186,13 @@ def test_naive_timestamps_and_unknown_fields_are_refused() -> None:
 
     from switchboard.contracts import SteeringKind, SteeringMessage
 
-    base = {"org_id": UUID(int=1), "conversation_id": UUID(int=2), "run_id": UUID(int=3),
-            "kind": SteeringKind.GUIDANCE, "text": "x"}
+    base = {
+        "org_id": UUID(int=1),
+        "conversation_id": UUID(int=2),
+        "run_id": UUID(int=3),
+        "kind": SteeringKind.GUIDANCE,
+        "text": "x",
+    }
     with pytest.raises(ValidationError):
         SteeringMessage(**base, occurred_at=datetime(2025, 1, 1))
     with pytest.raises(ValidationError):
@@ -188,7 +204,8 @@ def test_records_are_immutable() -> None:
 
     from switchboard.contracts import SteeringKind, SteeringMessage
 
-    record = SteeringMessage(org_id=UUID(int=1), conversation_id=UUID(int=2), run_id=UUID(int=3),
-                             kind=SteeringKind.GUIDANCE, text="x")
+    record = SteeringMessage(
+        org_id=UUID(int=1), conversation_id=UUID(int=2), run_id=UUID(int=3), kind=SteeringKind.GUIDANCE, text="x"
+    )
     with pytest.raises(ValidationError):
         record.text = "y"  # type: ignore[misc]

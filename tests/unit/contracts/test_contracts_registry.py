@@ -47,7 +47,8 @@ def test_catalog_entries_are_consistent(catalog: CatalogRegistry) -> None:
             assert path.is_file(), f"{entry.path} is missing"
             assert entry.path == f"released/{subject.removesuffix('-value')}/v{entry.version}.avsc"
             assert fingerprint(load_schema_file(path)) == entry.sha256, (
-                f"{entry.path} was edited after its release; released files are immutable")
+                f"{entry.path} was edited after its release; released files are immutable"
+            )
     assert len(ids) == len(set(ids)), "schema ids must be unique across subjects"
     assert all(i > 0 for i in ids)
 
@@ -70,8 +71,7 @@ def test_catalog_unknown_lookups_have_codes(catalog: CatalogRegistry) -> None:
 
 
 def test_registry_is_chosen_by_settings() -> None:
-    assert isinstance(registry_from_settings(KafkaSettings(schema_registry_url=None)),
-                      CatalogRegistry)
+    assert isinstance(registry_from_settings(KafkaSettings(schema_registry_url=None)), CatalogRegistry)
     client = registry_from_settings(KafkaSettings(schema_registry_url="http://registry:8081"))
     assert isinstance(client, ConfluentRegistryClient)
     client.close()
@@ -92,8 +92,7 @@ class FakeRegistry:
     def handler(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
         if self.fail_with is not None:
-            return httpx.Response(self.fail_with, json={"error_code": self.fail_with,
-                                                        "message": "boom"})
+            return httpx.Response(self.fail_with, json={"error_code": self.fail_with, "message": "boom"})
         parts = request.url.path.strip("/").split("/")
         if request.method == "POST" and parts[0] == "subjects":
             assert request.headers["content-type"] == "application/vnd.schemaregistry.v1+json"
@@ -101,8 +100,7 @@ class FakeRegistry:
             known = self.subjects.setdefault(parts[1], {})
             if len(parts) == 3:  # register
                 if text not in known:
-                    schema_id = next((i for i, s in self.schemas.items() if s == text),
-                                     len(self.schemas) + 100)
+                    schema_id = next((i for i, s in self.schemas.items() if s == text), len(self.schemas) + 100)
                     self.schemas[schema_id] = text
                     known[text] = schema_id
                 return httpx.Response(200, json={"id": known[text]})
@@ -127,19 +125,19 @@ def make_client(fake: FakeRegistry) -> Callable[..., ConfluentRegistryClient]:
     def make(**kwargs: Any) -> ConfluentRegistryClient:
         http = httpx.Client(transport=httpx.MockTransport(fake.handler))
         return ConfluentRegistryClient("http://registry:8081/", client=http, **kwargs)
+
     return make
 
 
-def test_confluent_registers_once_and_caches(fake: FakeRegistry,
-                                             make_client: Callable[..., ConfluentRegistryClient]
-                                             ) -> None:
+def test_confluent_registers_once_and_caches(
+    fake: FakeRegistry, make_client: Callable[..., ConfluentRegistryClient]
+) -> None:
     client = make_client()
     topic = all_topics()[0]
     schema = topic.load_schema()
     first = client.id_for(topic.subject, schema)
     assert client.id_for(topic.subject, schema) == first
-    assert [(r.method, r.url.path) for r in fake.requests] == [
-        ("POST", f"/subjects/{topic.subject}/versions")]
+    assert [(r.method, r.url.path) for r in fake.requests] == [("POST", f"/subjects/{topic.subject}/versions")]
     assert json.loads(fake.requests[0].content)["schema"] == canonical_json(schema)
     # A fresh process fetches the schema by id over HTTP, then caches it.
     other = make_client()
@@ -148,8 +146,7 @@ def test_confluent_registers_once_and_caches(fake: FakeRegistry,
     assert [r.url.path for r in fake.requests[1:]] == [f"/schemas/ids/{first}"]
 
 
-def test_confluent_lookup_only_mode(fake: FakeRegistry,
-                                    make_client: Callable[..., ConfluentRegistryClient]) -> None:
+def test_confluent_lookup_only_mode(fake: FakeRegistry, make_client: Callable[..., ConfluentRegistryClient]) -> None:
     topic = all_topics()[1]
     client = make_client(auto_register=False)
     with pytest.raises(ContractError) as caught:
@@ -162,13 +159,17 @@ def test_confluent_lookup_only_mode(fake: FakeRegistry,
 
 @pytest.mark.parametrize(
     ("status", "code"),
-    [(500, ContractErrorCode.REGISTRY_UNAVAILABLE), (503, ContractErrorCode.REGISTRY_UNAVAILABLE),
-     (409, ContractErrorCode.SCHEMA_MISMATCH), (422, ContractErrorCode.REGISTRY_ERROR),
-     (401, ContractErrorCode.REGISTRY_ERROR)],
+    [
+        (500, ContractErrorCode.REGISTRY_UNAVAILABLE),
+        (503, ContractErrorCode.REGISTRY_UNAVAILABLE),
+        (409, ContractErrorCode.SCHEMA_MISMATCH),
+        (422, ContractErrorCode.REGISTRY_ERROR),
+        (401, ContractErrorCode.REGISTRY_ERROR),
+    ],
 )
-def test_confluent_http_errors_have_codes(fake: FakeRegistry,
-                                          make_client: Callable[..., ConfluentRegistryClient],
-                                          status: int, code: ContractErrorCode) -> None:
+def test_confluent_http_errors_have_codes(
+    fake: FakeRegistry, make_client: Callable[..., ConfluentRegistryClient], status: int, code: ContractErrorCode
+) -> None:
     fake.fail_with = status
     topic = all_topics()[0]
     with pytest.raises(ContractError) as caught:
@@ -177,8 +178,7 @@ def test_confluent_http_errors_have_codes(fake: FakeRegistry,
     assert caught.value.retryable is (code is ContractErrorCode.REGISTRY_UNAVAILABLE)
 
 
-def test_confluent_unknown_id_and_unreachable_registry(
-        make_client: Callable[..., ConfluentRegistryClient]) -> None:
+def test_confluent_unknown_id_and_unreachable_registry(make_client: Callable[..., ConfluentRegistryClient]) -> None:
     with pytest.raises(ContractError) as caught:
         make_client().schema_by_id(7)
     assert caught.value.code is ContractErrorCode.UNKNOWN_SCHEMA_ID
@@ -186,16 +186,14 @@ def test_confluent_unknown_id_and_unreachable_registry(
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
 
-    down = ConfluentRegistryClient("http://registry:8081",
-                                   client=httpx.Client(transport=httpx.MockTransport(refuse)))
+    down = ConfluentRegistryClient("http://registry:8081", client=httpx.Client(transport=httpx.MockTransport(refuse)))
     with pytest.raises(ContractError) as caught:
         down.schema_by_id(7)
     assert caught.value.code is ContractErrorCode.REGISTRY_UNAVAILABLE
     assert caught.value.retryable
 
 
-def test_serde_round_trips_through_the_confluent_registry(
-        make_client: Callable[..., ConfluentRegistryClient]) -> None:
+def test_serde_round_trips_through_the_confluent_registry(make_client: Callable[..., ConfluentRegistryClient]) -> None:
     producer, consumer = Serde(make_client()), Serde(make_client())
     for record in realistic_records():
         topic = topic_for_record(type(record))

@@ -28,15 +28,17 @@ def _edit(directory: Path, topic: str, edit: object) -> None:
     path.write_text(json.dumps(schema, indent=2))
 
 
-def test_nothing_to_release_on_a_clean_tree(schemas_copy: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_nothing_to_release_on_a_clean_tree(schemas_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--check"]) == 0
     assert "would release" not in capsys.readouterr().out
 
 
 def test_a_compatible_change_is_released_with_the_next_global_id(schemas_copy: Path) -> None:
-    _edit(schemas_copy, "steering", {"name": "note", "type": ["null", "string"], "default": None,
-                                     "doc": "An operator's note."})
+    _edit(
+        schemas_copy,
+        "steering",
+        {"name": "note", "type": ["null", "string"], "default": None, "doc": "An operator's note."},
+    )
     before = CatalogRegistry(schemas_copy)
     top_id = max(e.schema_id for vs in before.entries().values() for e in vs)
     assert plan_release(Topics.STEERING, schemas_copy).next_version == 2
@@ -45,15 +47,16 @@ def test_a_compatible_change_is_released_with_the_next_global_id(schemas_copy: P
     v1, v2 = after.versions(Topics.STEERING.subject)
     assert (v2.version, v2.schema_id) == (2, top_id + 1)
     assert (schemas_copy / "released" / "steering" / "v2.avsc").is_file()
-    assert after.id_for(Topics.STEERING.subject, Topics.STEERING.load_schema(schemas_copy)) == \
-        v2.schema_id
+    assert after.id_for(Topics.STEERING.subject, Topics.STEERING.load_schema(schemas_copy)) == v2.schema_id
     assert after.schema_by_id(v1.schema_id) != after.schema_by_id(v2.schema_id)
 
 
-def test_an_incompatible_change_is_refused(schemas_copy: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
-    _edit(schemas_copy, "run_completed", {"name": "invoice_id", "type": "string",
-                                          "doc": "Required and without a default."})
+def test_an_incompatible_change_is_refused(schemas_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _edit(
+        schemas_copy,
+        "run_completed",
+        {"name": "invoice_id", "type": "string", "doc": "Required and without a default."},
+    )
     catalog_before = (schemas_copy / "catalog.json").read_text()
     assert main(["--check"]) == 1
     assert main([]) == 1

@@ -54,8 +54,7 @@ def _write(schema: dict[str, Any], datum: Any) -> bytes:
 
 
 @pytest.mark.parametrize("record", realistic_records(), ids=lambda r: type(r).__name__)
-def test_realistic_record_round_trips(serde: Serde, catalog: CatalogRegistry,
-                                      record: Record) -> None:
+def test_realistic_record_round_trips(serde: Serde, catalog: CatalogRegistry, record: Record) -> None:
     topic = topic_for_record(type(record))
     data = serde.encode(topic, record)
     assert data[0] == 0
@@ -65,8 +64,7 @@ def test_realistic_record_round_trips(serde: Serde, catalog: CatalogRegistry,
 
 
 @pytest.mark.parametrize("topic", TOPICS, ids=lambda t: t.name)
-def test_generated_records_round_trip_through_every_union_branch(serde: Serde,
-                                                                 topic: TopicSpec[Record]) -> None:
+def test_generated_records_round_trip_through_every_union_branch(serde: Serde, topic: TopicSpec[Record]) -> None:
     """Records built from schema-driven samples: every optional payload set and unset."""
     schema = topic.load_schema()
     for variant in range(12):
@@ -76,8 +74,7 @@ def test_generated_records_round_trip_through_every_union_branch(serde: Serde,
 
 def test_schema_id_frames_the_catalog_id(serde: Serde, catalog: CatalogRegistry) -> None:
     for topic in TOPICS:
-        data = serde.encode(topic, topic.record_type.model_validate(
-            sample_datum(topic.load_schema(), 1)))
+        data = serde.encode(topic, topic.record_type.model_validate(sample_datum(topic.load_schema(), 1)))
         schema_id = struct.unpack(">I", data[1:5])[0]
         assert schema_id == catalog.id_for(topic.subject, topic.load_schema())
 
@@ -101,8 +98,7 @@ def test_conversation_keys_are_the_utf8_conversation_id() -> None:
 
 
 def test_one_conversation_lands_on_the_same_partition_of_every_conversation_topic() -> None:
-    keys = {encode_key(t, r) for r in realistic_records()
-            if (t := topic_for_record(type(r))) in conversation_topics()}
+    keys = {encode_key(t, r) for r in realistic_records() if (t := topic_for_record(type(r))) in conversation_topics()}
     assert len(keys) == 1
     key = keys.pop()
     assert key is not None
@@ -147,8 +143,7 @@ def _valid_bytes(serde: Serde) -> bytes:
     ],
     ids=["none", "empty", "short", "magic-1", "json", "unknown-id"],
 )
-def test_decode_errors_have_stable_codes(serde: Serde, data: bytes | None,
-                                         code: ContractErrorCode) -> None:
+def test_decode_errors_have_stable_codes(serde: Serde, data: bytes | None, code: ContractErrorCode) -> None:
     with pytest.raises(ContractError) as caught:
         serde.decode(Topics.RUN_COMPLETED, data)
     assert caught.value.code is code
@@ -199,7 +194,8 @@ def test_random_bytes_only_ever_raise_contract_errors(serde: Serde) -> None:
 
 @pytest.mark.parametrize("topic", TOPICS, ids=lambda t: t.name)
 def test_records_written_with_every_released_version_decode_with_the_current_reader(
-        serde: Serde, catalog: CatalogRegistry, topic: TopicSpec[Record]) -> None:
+    serde: Serde, catalog: CatalogRegistry, topic: TopicSpec[Record]
+) -> None:
     for entry in catalog.versions(topic.subject):
         released = catalog.schema_by_id(entry.schema_id)
         for variant in range(8):

@@ -20,9 +20,18 @@ from switchboard.contracts import (
 from switchboard.contracts.records import DispatchRequested
 from switchboard.settings import KafkaSettings
 
-SPEC_TOPICS = {"dispatch_requested", "run_requested", "run_started", "run_events",
-               "run_completed", "handoff_triggered", "published", "insights", "steering",
-               "dead_letter"}
+SPEC_TOPICS = {
+    "dispatch_requested",
+    "run_requested",
+    "run_started",
+    "run_events",
+    "run_completed",
+    "handoff_triggered",
+    "published",
+    "insights",
+    "steering",
+    "dead_letter",
+}
 
 
 def test_the_registry_has_exactly_the_spec_topics() -> None:
@@ -50,8 +59,14 @@ def test_conversation_topics_share_the_configured_partition_count() -> None:
     settings = KafkaSettings(conversation_partitions=12)
     conversation = conversation_topics()
     assert {t.name for t in conversation} == {
-        "dispatch_requested", "run_requested", "run_started", "run_events", "run_completed",
-        "handoff_triggered", "steering"}
+        "dispatch_requested",
+        "run_requested",
+        "run_started",
+        "run_events",
+        "run_completed",
+        "handoff_triggered",
+        "steering",
+    }
     assert {t.partition_count(settings) for t in conversation} == {12}
     assert all(t.key_field == "conversation_id" for t in conversation)
     assert Topics.PUBLISHED.partition_count(settings) == 1
@@ -86,10 +101,24 @@ def test_creation_configs() -> None:
 
 def test_a_spec_that_breaks_the_rules_is_refused() -> None:
     with pytest.raises(ValueError, match="conversation-scoped"):
-        TopicSpec(name="x", key_field="conversation_id", record_type=DispatchRequested,
-                  scope=Scope.CONVERSATION, partitions=3, cleanup_policy=CleanupPolicy.DELETE,
-                  retention_ms=None, doc="")
+        TopicSpec(
+            name="x",
+            key_field="conversation_id",
+            record_type=DispatchRequested,
+            scope=Scope.CONVERSATION,
+            partitions=3,
+            cleanup_policy=CleanupPolicy.DELETE,
+            retention_ms=None,
+            doc="",
+        )
     with pytest.raises(ValueError, match="key field"):
-        TopicSpec(name="x", key_field="nope", record_type=DispatchRequested,
-                  scope=Scope.CONVERSATION, partitions=None, cleanup_policy=CleanupPolicy.DELETE,
-                  retention_ms=None, doc="")
+        TopicSpec(
+            name="x",
+            key_field="nope",
+            record_type=DispatchRequested,
+            scope=Scope.CONVERSATION,
+            partitions=None,
+            cleanup_policy=CleanupPolicy.DELETE,
+            retention_ms=None,
+            doc="",
+        )

@@ -1,0 +1,1 @@
+"""The audit log of sensitive mutations [004 §10.10]."""

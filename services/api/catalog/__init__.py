@@ -1,0 +1,1 @@
+"""Providers and the model catalog [004 §4.1]."""

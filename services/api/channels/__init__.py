@@ -1,0 +1,1 @@
+"""Channel sessions (a WhatsApp number) and their webhook secrets."""

@@ -1,0 +1,1 @@
+"""What every API domain uses: errors, the request's database session, authentication."""

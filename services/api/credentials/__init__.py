@@ -1,0 +1,1 @@
+"""BYO provider credentials, encrypted at rest [004 §4.2, §7]."""

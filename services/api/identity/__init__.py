@@ -1,0 +1,1 @@
+"""Identity: organizations, users, login with a second factor, API tokens."""

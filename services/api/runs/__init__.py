@@ -1,0 +1,1 @@
+"""Run log and traces [004 §4, SPEC §4]."""

@@ -1,0 +1,1 @@
+"""Inbound channel webhooks (WAHA-compatible) [004 §4.6]."""

@@ -1,0 +1,44 @@
+"""API tests run the real app (lifespan included) in-process against the stack's database and broker."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import pytest
+
+from services.api.app import create_app
+from services.api.settings import ApiSettings
+from switchboard.settings import DatabaseSettings, KafkaSettings
+from tests.support.api import OrgHandle, create_org
+from tests.support.stack import StackEndpoints
+
+
+@pytest.fixture
+def api_settings(stack: StackEndpoints, kafka_settings: KafkaSettings, migrated: None) -> ApiSettings:
+    return ApiSettings(
+        database=DatabaseSettings(url=stack.database_url, owner_url=stack.database_owner_url),
+        kafka=kafka_settings,
+    )
+
+
+@pytest.fixture
+async def client(api_settings: ApiSettings) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(api_settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as http:
+            yield http
+
+
+@pytest.fixture
+def make_org(stack: StackEndpoints, migrated: None) -> Callable[..., OrgHandle]:
+    def _make(**kwargs: object) -> OrgHandle:
+        return create_org(stack.database_url, **kwargs)  # type: ignore[arg-type]
+
+    return _make
+
+
+@pytest.fixture
+def org(make_org: Callable[..., OrgHandle]) -> OrgHandle:
+    return make_org()
