@@ -22,6 +22,7 @@ from services.api.identity.endpoints import router as identity_router
 from services.api.runs.endpoints import router as runs_router
 from services.api.settings import ApiSettings
 from services.api.webhooks.endpoints import router as webhooks_router
+from switchboard.contracts import Serde
 from switchboard.crypto import KeyRing
 from switchboard.kafka.admin import broker_answers
 
@@ -36,6 +37,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = settings
         app.state.keyring = KeyRing.from_settings(settings.runtime)
+        app.state.serde = Serde.from_settings(settings.kafka)
         app.state.database = Database.connect(settings.database)
         try:
             yield
