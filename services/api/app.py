@@ -6,7 +6,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
@@ -17,6 +17,7 @@ from services.api.catalog.endpoints import router as catalog_router
 from services.api.channels.endpoints import router as channels_router
 from services.api.core.database import Database
 from services.api.core.errors import install_error_handlers
+from services.api.core.text_guard import reject_nul_characters
 from services.api.credentials.endpoints import router as credentials_router
 from services.api.identity.endpoints import router as identity_router
 from services.api.runs.endpoints import router as runs_router
@@ -49,6 +50,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         version="0.1.0",
         description="Configure agents, credentials and channels; read runs, the audit log and the Home digest.",
         lifespan=lifespan,
+        dependencies=[Depends(reject_nul_characters)],
     )
     install_error_handlers(app)
 
