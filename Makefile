@@ -50,3 +50,41 @@ lint: venv ## ruff, import boundaries, types
 	$(VENV)/bin/ruff check switchboard services tests scripts
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy switchboard services
+
+# --------------------------------------------------------------------------- deployment (docs/deploy.md)
+COMPOSE := docker compose -f deploy/compose/compose.yaml
+
+.PHONY: manifests lock deploy-check compose-up compose-down
+
+manifests: venv ## regenerate the deploy files derived from the code (k8s base, dev KafkaTopics, compose)
+	$(PY) -m scripts.deploy.generate
+
+lock: venv ## pin the image's runtime dependencies (requirements.lock) to the versions in .venv
+	$(PY) -m scripts.deploy.lock
+
+deploy-check: venv ## validate k8s overlays, compose file and Dockerfile offline (schemas + rules)
+	@bash scripts/deploy/install-kustomize.sh
+	$(PY) -m scripts.deploy.generate --check
+	$(PY) -m scripts.deploy.validate
+
+compose-up: ## build the image and start the whole stack with Docker Compose (needs a Docker engine)
+	@docker compose version >/dev/null 2>&1 && docker info >/dev/null 2>&1 || \
+	  { echo "compose-up needs a running Docker engine and the compose plugin (docs/deploy.md)"; exit 1; }
+	$(COMPOSE) up --build --detach
+	$(COMPOSE) ps
+
+compose-down: ## stop the Docker Compose stack and delete its data
+	@docker compose version >/dev/null 2>&1 || { echo "compose-down needs the Docker compose plugin"; exit 1; }
+	$(COMPOSE) down --volumes --remove-orphans
+
+# --------------------------------------------------------------------------- benchmarks (docs/benchmarks.md)
+BENCH_ARGS ?=
+
+.PHONY: bench bench-api
+
+bench-api: venv ## benchmark webhook ingest vs a bare FastAPI endpoint with wrk (~45 s; needs wrk)
+	@command -v wrk >/dev/null 2>&1 || { echo "bench-api needs wrk (Debian/Ubuntu: apt-get install -y wrk)"; exit 1; }
+	@bash $(STACK) up
+	$(PY) -m bench.api_ingest $(BENCH_ARGS)
+
+bench: bench-api ## run every benchmark (not tests: numbers depend on the machine)

@@ -1,11 +1,13 @@
 """``switchboard``: the operator's single entry point.
 
     switchboard api|dispatcher|runner|notifier|brief   run one service in the foreground
+    switchboard outbox-relay                            publish the transactional outbox to Kafka (one active per DB)
     switchboard migrate [--revision REV] [--downgrade]  apply database migrations (owner role)
     switchboard topics create [--wait SECONDS]          create every registered topic (idempotent)
     switchboard topics list                              show the registry and what the broker has
     switchboard admin bootstrap --org NAME --email EMAIL create an org, its admin and an admin token (JSON)
     switchboard admin new-key --id ID                    print a new entry for SWITCHBOARD_ENCRYPTION_KEYS
+    switchboard admin rotate-keys [--dry-run]            re-encrypt every stored secret under the primary key (JSON)
 
 Each service is imported only when asked for, so ``switchboard migrate`` never
 loads the runner's provider SDKs and one broken service cannot stop the others' CLI.
@@ -18,6 +20,7 @@ import asyncio
 import importlib
 import json
 import sys
+import uuid
 from collections.abc import Sequence
 
 SERVICES = ("api", "dispatcher", "runner", "notifier", "brief")
@@ -26,6 +29,17 @@ SERVICES = ("api", "dispatcher", "runner", "notifier", "brief")
 def _run_service(name: str) -> int:
     module = importlib.import_module(f"services.{name}.__main__")
     module.main()
+    return 0
+
+
+def _outbox_relay() -> int:
+    """The relay as its own process; the API also runs one unless ``API_OUTBOX_RELAY=false``."""
+    from switchboard.kafka.outbox_relay import OutboxRelay, OutboxRelaySettings
+    from switchboard.lifecycle import run_service
+
+    settings = OutboxRelaySettings()
+    relay = OutboxRelay(settings)
+    run_service("outbox-relay", relay.run, settings, readiness=relay.ready)
     return 0
 
 
@@ -55,12 +69,37 @@ def _topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rotate_keys(args: argparse.Namespace) -> int:
+    """Re-seal secrets under the primary key of SWITCHBOARD_ENCRYPTION_KEYS; exit 1 if any failed."""
+    from switchboard.crypto import KeyRing
+    from switchboard.db.session import create_engine
+    from switchboard.rotation import rotate_encryption_keys
+    from switchboard.settings import DatabaseSettings
+
+    engine = create_engine(DatabaseSettings().url.get_secret_value(), pool_size=1)
+    try:
+        report = rotate_encryption_keys(
+            engine,
+            KeyRing.from_settings(),
+            batch_size=args.batch_size,
+            org_ids=args.org or None,
+            user_ids=args.user or None,
+            dry_run=args.dry_run,
+        )
+    finally:
+        engine.dispose()
+    print(json.dumps(report.as_dict()))
+    return 1 if report.failed else 0
+
+
 def _admin(args: argparse.Namespace) -> int:
     if args.admin_command == "new-key":
         from switchboard.crypto import KeyRing
 
         print(f"{args.id}:{KeyRing.generate_key()}")
         return 0
+    if args.admin_command == "rotate-keys":
+        return _rotate_keys(args)
     from sqlalchemy.orm import Session
 
     from services.api.identity.service import bootstrap_organization
@@ -85,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SERVICES:
         sub.add_parser(name, help=f"run the {name} service")
+    sub.add_parser("outbox-relay", help="publish outbox rows to Kafka (the API runs one too, unless disabled)")
     migrate_parser = sub.add_parser("migrate", help="apply database migrations")
     migrate_parser.add_argument("--revision", help="target revision (default: head, or base with --downgrade)")
     migrate_parser.add_argument("--downgrade", action="store_true", help="downgrade instead of upgrade")
@@ -102,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     bootstrap.add_argument("--password-stdin", action="store_true", help="read the admin's login password from stdin")
     new_key = admin_sub.add_parser("new-key", help="generate an AES-256 key entry")
     new_key.add_argument("--id", required=True, help="key id, e.g. 2026-11")
+    rotate = admin_sub.add_parser(
+        "rotate-keys", help="re-encrypt stored secrets under the primary key (old keys must stay in the ring)"
+    )
+    rotate.add_argument("--batch-size", type=int, default=200, help="rows per transaction")
+    rotate.add_argument("--dry-run", action="store_true", help="open every secret, write nothing")
+    rotate.add_argument("--org", type=uuid.UUID, action="append", help="only this organization (repeatable)")
+    rotate.add_argument("--user", type=uuid.UUID, action="append", help="only this user's TOTP secret (repeatable)")
     return parser
 
 
@@ -109,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in SERVICES:
         return _run_service(args.command)
+    if args.command == "outbox-relay":
+        return _outbox_relay()
     if args.command == "migrate":
         return _migrate(args)
     if args.command == "admin":

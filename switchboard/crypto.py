@@ -98,6 +98,18 @@ class KeyRing:
             raise CryptoError("dev_key_in_production", "the development key cannot be used in production")
         return ring
 
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """Every key id in the ring, primary first (ids are not secret; keys are)."""
+        return tuple(self._keys)
+
+    def __contains__(self, key_id: object) -> bool:
+        return key_id in self._keys
+
+    def with_primary(self, key_id: str, key: bytes) -> KeyRing:
+        """A new ring with ``key`` in front: the first step of a rotation (old keys keep opening)."""
+        return KeyRing([(key_id, key), *((k, v) for k, v in self._keys.items() if k != key_id)])
+
     @staticmethod
     def generate_key() -> str:
         """A new random key, base64, for operators (``switchboard admin new-key``)."""

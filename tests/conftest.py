@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -9,6 +10,12 @@ import pytest
 
 from switchboard.settings import KafkaSettings
 from tests.support.stack import StackEndpoints, acquire_stack
+
+# No test may reach a real LLM provider: unless a test points a provider at its own fake
+# server, every provider URL leads to a closed local port (the official SDKs and the
+# credential validation read these settings; subprocesses inherit them).
+for _provider in ("ANTHROPIC", "OPENAI", "GOOGLE"):
+    os.environ.setdefault(f"PROVIDERS_{_provider}_BASE_URL", "http://127.0.0.1:9")
 
 
 @pytest.fixture(scope="session")

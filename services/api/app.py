@@ -26,6 +26,7 @@ from services.api.webhooks.endpoints import router as webhooks_router
 from switchboard.contracts import Serde
 from switchboard.crypto import KeyRing
 from switchboard.kafka.admin import broker_answers
+from switchboard.kafka.outbox_relay import OutboxRelay, OutboxRelaySettings
 
 REQUEST_ID_HEADER = "X-Request-Id"
 
@@ -40,9 +41,22 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.keyring = KeyRing.from_settings(settings.runtime)
         app.state.serde = Serde.from_settings(settings.kafka)
         app.state.database = Database.connect(settings.database)
+        # The outbox relay rides along (one active per database, by advisory lock), so a
+        # single `switchboard api` publishes what it writes; turn off with API_OUTBOX_RELAY=false
+        # when `switchboard outbox-relay` runs separately.
+        relay: OutboxRelay | None = None
+        if settings.outbox_relay:
+            relay = OutboxRelay(
+                OutboxRelaySettings(runtime=settings.runtime, kafka=settings.kafka, database=settings.database),
+                service="api",
+            )
+            relay.start()
+        app.state.outbox_relay = relay
         try:
             yield
         finally:
+            if relay is not None:
+                await relay.stop()
             await app.state.database.dispose()
 
     app = FastAPI(

@@ -3,6 +3,7 @@
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from switchboard.credentials import ProviderSettings
 from switchboard.settings import ServiceSettings
 
 
@@ -15,3 +16,7 @@ class ApiSettings(ServiceSettings):
     port: int = Field(default=8000, ge=0, le=65535)
     # Seconds uvicorn waits for in-flight requests on SIGTERM.
     graceful_timeout_s: int = Field(default=20, ge=1)
+    # Run the transactional outbox relay inside the API process (docs/api.md, "Outbox relay").
+    outbox_relay: bool = True
+    # Provider endpoints used to validate BYO keys (env prefix ``PROVIDERS_``).
+    providers: ProviderSettings = Field(default_factory=ProviderSettings)

@@ -2,18 +2,25 @@
 
 import asyncio
 
-from services.dispatcher.service import run
+from services.dispatcher.bootstrap import Dispatcher
 from services.dispatcher.settings import DispatcherSettings
 from switchboard.lifecycle import run_service
 
 
 def main() -> None:
     settings = DispatcherSettings()
+    running: list[Dispatcher] = []
 
     async def _main(stop: asyncio.Event) -> None:
-        await run(stop, settings)
+        # Built inside the loop: the Kafka clients bind to the running loop.
+        dispatcher = Dispatcher(settings)
+        running.append(dispatcher)
+        await dispatcher.run(stop)
 
-    run_service("dispatcher", _main, settings)
+    async def _ready() -> bool:
+        return bool(running) and await running[0].ready()
+
+    run_service("dispatcher", _main, settings, readiness=_ready)
 
 
 if __name__ == "__main__":

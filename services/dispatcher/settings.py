@@ -1,5 +1,12 @@
-"""Settings of the dispatcher service (env prefix ``DISPATCHER_``)."""
+"""Settings of the dispatcher service (env prefix ``DISPATCHER_``).
 
+Every knob is documented in README.md (Configuration) and docs/dispatcher.md. Tests
+shorten the lease, the windows and the intervals through the same variables.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from switchboard.settings import ServiceSettings
@@ -9,3 +16,39 @@ class DispatcherSettings(ServiceSettings):
     """Shared Kafka/database/runtime settings plus what only the dispatcher needs."""
 
     model_config = SettingsConfigDict(env_prefix="DISPATCHER_")
+
+    # A run's lease: extended to now + lease_s by run_started and each heartbeat; when it
+    # lapses the run is recovered. Must be several runner heartbeat intervals (10 s).
+    lease_s: float = Field(default=30.0, gt=0)
+    # Attempts of one run before it is closed as failed with error family processLost.
+    max_attempts: int = Field(default=3, ge=1, le=20)
+    # How often the timer scans the local conversation table for due leases and dispatches.
+    tick_interval_s: float = Field(default=1.0, gt=0)
+    # How often the set of orgs over their monthly budget is re-read (its staleness bound).
+    budget_refresh_s: float = Field(default=5.0, gt=0)
+    # Runs per window for an org that has no row in organizations (an org's own
+    # rate_limit_runs_per_minute wins), and the window length: 60 s in production, so the
+    # column means what it says; tests shorten it.
+    default_rate_limit: int = Field(default=60, ge=0)
+    rate_window_s: int = Field(default=60, ge=1)
+    # One reply per agent and conversation per this many seconds [004 D7].
+    reply_interval_s: float = Field(default=5.0, ge=0)
+    # Events per batch (stream.take) and the longest wait to fill one.
+    batch_size: int = Field(default=500, ge=1, le=10_000)
+    batch_wait_ms: float = Field(default=5.0, ge=0)
+    # Offsets of processed events are committed this often (a replay after a crash is
+    # at most this much, and idempotent).
+    commit_interval_s: float = Field(default=1.0, gt=0)
+    # Kafka group session: how long a SIGKILLed worker keeps its partitions before the
+    # group gives them to another one.
+    session_timeout_s: float = Field(default=10.0, ge=6.0)
+    # Idle conversation state (no run, nothing waiting) is dropped after this long.
+    state_ttl_s: float = Field(default=24 * 3600.0, gt=0)
+    # No-match watch [004 §8.2]: window, threshold and the least dispatches to judge by.
+    no_match_window_s: float = Field(default=300.0, gt=0)
+    no_match_threshold: float = Field(default=0.30, ge=0, le=1)
+    no_match_min_dispatches: int = Field(default=10, ge=1)
+    # The decision sink (dispatch_decisions topic -> table) runs in this process unless disabled.
+    decision_sink_enabled: bool = True
+    # Name of this worker in logs and ticks; empty: host name and pid.
+    worker_id: str = ""

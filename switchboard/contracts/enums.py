@@ -127,6 +127,21 @@ class ConcurrencyPolicy(StrEnum):
     REJECT = "reject"
 
 
+class DispatchOutcome(StrEnum):
+    """What the dispatcher decided about a dispatch request or a run it holds (no Avro default)."""
+
+    DISPATCHED = "dispatched"
+    NO_MATCH = "no_match"
+    CONV_BUSY = "conv_busy"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    RATE_LIMITED = "rate_limited"
+    QUEUED = "queued"
+    STEERED = "steered"
+    INTERRUPTED = "interrupted"
+    RECOVERED = "recovered"
+    LOST = "lost"
+
+
 class AgentVersionStatus(StrEnum):
     """Life-cycle state of an agent version."""
 

@@ -27,6 +27,7 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 from switchboard.contracts.enums import (
     AgentVersionStatus,
     ConcurrencyPolicy,
+    DispatchOutcome,
     ErrorFamily,
     HandoffTrigger,
     InsightKind,
@@ -48,7 +49,9 @@ __all__ = [
     "BusinessHours",
     "DeadLetter",
     "DebugInfo",
+    "DispatchDecided",
     "DispatchRequested",
+    "DispatcherTick",
     "FollowUpConfig",
     "HandoffTriggered",
     "Header",
@@ -58,6 +61,7 @@ __all__ = [
     "RunCompleted",
     "RunError",
     "RunEvent",
+    "RunHeartbeat",
     "RunRequested",
     "RunStarted",
     "SendTarget",
@@ -469,3 +473,48 @@ class DeadLetter(Record):
     service: str
     consumer_group: str | None = None
     attempts: Int32
+
+
+class RunHeartbeat(Record):
+    """``run_heartbeats``: the runner still holds an active run (extends its lease)."""
+
+    org_id: UUID
+    request_id: str | None = None
+    conversation_id: UUID
+    run_id: UUID
+    agent_id: UUID
+    attempt: Int32 = 1
+    runner_id: str
+    steps: Int32 = 0
+    dry_run: bool = False
+
+
+class DispatcherTick(Record):
+    """``dispatcher_ticks``: internal wake-up of one conversation (lease expiry, deferred dispatch due)."""
+
+    org_id: UUID
+    conversation_id: UUID
+    due_at: Timestamp
+    worker_id: str
+
+
+class DispatchDecided(Record):
+    """``dispatch_decisions``: what the dispatcher decided about a dispatch or a run, and why."""
+
+    org_id: UUID
+    request_id: str | None = None
+    conversation_id: UUID
+    dispatch_event_id: UUID
+    outcome: DispatchOutcome
+    message_ids: tuple[UUID, ...] = ()
+    dispatch_ids: tuple[UUID, ...] = ()
+    agent_id: UUID | None = None
+    version_id: UUID | None = None
+    run_id: UUID | None = None
+    attempt: Int32 | None = None
+    parent_run_id: UUID | None = None
+    wake_reason: WakeReason
+    dry_run: bool = False
+    reason: str | None = None
+    not_before: Timestamp | None = None
+    details_json: str = "{}"

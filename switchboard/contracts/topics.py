@@ -15,12 +15,15 @@ from typing import Final, Generic, TypeVar
 from switchboard.contracts.records import (
     AgentPublished,
     DeadLetter,
+    DispatchDecided,
+    DispatcherTick,
     DispatchRequested,
     HandoffTriggered,
     Insight,
     Record,
     RunCompleted,
     RunEvent,
+    RunHeartbeat,
     RunRequested,
     RunStarted,
     SteeringMessage,
@@ -217,6 +220,39 @@ class Topics:
         retention_ms=30 * _DAY_MS,
         doc="any service -> operators: records that could not be decoded or processed.",
     )
+    RUN_HEARTBEATS: Final = TopicSpec(
+        name="run_heartbeats",
+        key_field="conversation_id",
+        record_type=RunHeartbeat,
+        scope=Scope.CONVERSATION,
+        partitions=None,
+        cleanup_policy=CleanupPolicy.DELETE,
+        # Only the latest few matter (a lease is seconds long); a day covers any replay.
+        retention_ms=1 * _DAY_MS,
+        doc="runner -> dispatcher: a run is still held by its runner (extends its lease).",
+    )
+    DISPATCHER_TICKS: Final = TopicSpec(
+        name="dispatcher_ticks",
+        key_field="conversation_id",
+        record_type=DispatcherTick,
+        scope=Scope.CONVERSATION,
+        partitions=None,
+        cleanup_policy=CleanupPolicy.DELETE,
+        # Internal wake-ups, useless once processed.
+        retention_ms=1 * _DAY_MS,
+        doc="dispatcher -> dispatcher: re-evaluate a conversation (lease expired, deferred dispatch due).",
+    )
+    DISPATCH_DECISIONS: Final = TopicSpec(
+        name="dispatch_decisions",
+        key_field="conversation_id",
+        record_type=DispatchDecided,
+        scope=Scope.CONVERSATION,
+        partitions=None,
+        cleanup_policy=CleanupPolicy.DELETE,
+        # The durable record is the dispatch_decisions table; the topic feeds it and analytics.
+        retention_ms=7 * _DAY_MS,
+        doc="dispatcher -> decision sink, analytics: every dispatch decision and why.",
+    )
 
 
 _ALL: Final[tuple[TopicSpec[Record], ...]] = (
@@ -230,6 +266,9 @@ _ALL: Final[tuple[TopicSpec[Record], ...]] = (
     Topics.INSIGHTS,
     Topics.STEERING,
     Topics.DEAD_LETTER,
+    Topics.RUN_HEARTBEATS,
+    Topics.DISPATCHER_TICKS,
+    Topics.DISPATCH_DECISIONS,
 )
 _BY_NAME: Final = {topic.name: topic for topic in _ALL}
 _BY_RECORD: Final = {topic.record_type: topic for topic in _ALL}

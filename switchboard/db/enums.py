@@ -15,6 +15,7 @@ from enum import StrEnum
 from switchboard.contracts.enums import (
     AgentVersionStatus,
     ConcurrencyPolicy,
+    DispatchOutcome,
     ErrorFamily,
     InsightKind,
     InsightStatus,
@@ -26,6 +27,7 @@ from switchboard.contracts.enums import Vitality as RunVitality
 __all__ = [
     "AgentVersionStatus",
     "ConcurrencyPolicy",
+    "DispatchOutcome",
     "ErrorFamily",
     "InsightKind",
     "InsightStatus",
@@ -152,16 +154,6 @@ class AgentPauseReason(StrEnum):
 
 # Statuses that hold the conversation: at most one such non-dry run per conversation.
 ACTIVE_RUN_STATUSES: tuple[RunStatus, ...] = (RunStatus.PENDING, RunStatus.RUNNING)
-
-
-class DispatchOutcome(StrEnum):
-    DISPATCHED = "dispatched"
-    NO_MATCH = "no_match"
-    CONV_BUSY = "conv_busy"
-    BUDGET_EXCEEDED = "budget_exceeded"
-    RATE_LIMITED = "rate_limited"
-    QUEUED = "queued"
-    STEERED = "steered"
 
 
 class AutonomyMode(StrEnum):

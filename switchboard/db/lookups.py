@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session
@@ -28,6 +28,9 @@ LOOKUP_FUNCTIONS: tuple[str, ...] = (
     "lookup_channel_session",
     "list_organization_ids",
     "list_due_followups",
+    # The dispatcher's cross-org questions (revision 0008).
+    "list_orgs_over_budget",
+    "admit_org_runs",
 )
 
 
@@ -60,6 +63,21 @@ class ChannelSessionRoute:
     channel_session_id: uuid.UUID
     org_id: uuid.UUID
     status: str
+
+
+@dataclass(frozen=True, slots=True)
+class OrgOverBudget:
+    org_id: uuid.UUID
+    # Which monthly cap is reached: "tokens" or "cost".
+    exceeded: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunAdmission:
+    # Runs admitted now (0..requested); the rest must wait for the next window.
+    admitted: int
+    # End of the current window, by the database clock: when the refused ones may retry.
+    window_ends_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,3 +125,25 @@ def list_due_followups(db: Session | Connection, until: datetime, limit: int = 1
     """Scheduled follow-ups due by ``until``, oldest first, across orgs (ids only)."""
     rows = db.execute(text("SELECT * FROM list_due_followups(:until, :limit)"), {"until": until, "limit": limit}).all()
     return [DueFollowup(r.followup_id, r.org_id, r.due_at) for r in rows]
+
+
+def list_orgs_over_budget(db: Session | Connection, month: date) -> list[OrgOverBudget]:
+    """Orgs whose enabled org-scope budget policy is reached for ``month`` (ids and which cap only)."""
+    rows = db.execute(text("SELECT * FROM list_orgs_over_budget(:m)"), {"m": month}).all()
+    return [OrgOverBudget(r.org_id, r.exceeded) for r in rows]
+
+
+def admit_org_runs(
+    db: Session | Connection, org_id: uuid.UUID, requested: int, *, window_seconds: int, default_limit: int
+) -> RunAdmission:
+    """Take up to ``requested`` runs from the org's fixed-window rate limit, atomically.
+
+    The limit is ``organizations.rate_limit_runs_per_minute`` per window when the org
+    exists, else ``default_limit``. Call inside a transaction the caller commits: the
+    counter row stays locked until then, which is what serializes concurrent workers.
+    """
+    row = db.execute(
+        text("SELECT * FROM admit_org_runs(:o, :n, :w, :d)"),
+        {"o": org_id, "n": requested, "w": window_seconds, "d": default_limit},
+    ).one()
+    return RunAdmission(int(row.admitted), row.window_ends_at)

@@ -37,13 +37,24 @@ ORG_TABLE: Final = "organizations"
 # Tables shared by all tenants, deliberately without row-level security:
 # - users: one identity may be a member of several organizations;
 # - ai_models: the model catalog and its prices are the same for everyone;
-# - outbox: a platform queue drained in global order by the relay (docs/database.md).
-GLOBAL_TABLES: Final[frozenset[str]] = frozenset({"users", "ai_models", "outbox"})
+# - outbox: a platform queue drained in global order by the relay (docs/database.md);
+# - dispatch_rate_windows: the per-org run rate counter, reachable only through the
+#   SECURITY DEFINER function admit_org_runs (the application role has no privilege on it).
+GLOBAL_TABLES: Final[frozenset[str]] = frozenset({"users", "ai_models", "outbox", "dispatch_rate_windows"})
 
 # Tables read by the SECURITY DEFINER lookup functions (switchboard.db.lookups): they answer
-# the few questions asked before a tenant is known (which org owns this token? this session?).
+# the few questions asked before a tenant is known (which org owns this token? this session?),
+# and the dispatcher's cross-org questions (which orgs are over their monthly budget?).
 LOOKUP_TABLES: Final[frozenset[str]] = frozenset(
-    {"organizations", "memberships", "api_tokens", "channel_sessions", "scheduled_followups"}
+    {
+        "organizations",
+        "memberships",
+        "api_tokens",
+        "channel_sessions",
+        "scheduled_followups",
+        "budget_policies",
+        "workspace_token_usage",
+    }
 )
 
 # The current tenant as SQL. NULLIF: after a transaction-local setting ends, PostgreSQL

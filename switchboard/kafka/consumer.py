@@ -14,6 +14,14 @@ So a crash between 2 and 3 redelivers records: handlers must be idempotent
 silently, and a bad record never stops the loop: it is dead-lettered and the
 next one is processed. If even the dead-letter topic cannot be written, the
 offset is not committed and the record will come back.
+
+**Flow control.** A handler that hands work to background tasks (the runner:
+a run lasts minutes, far beyond ``max.poll.interval.ms``) returns at once and
+passes a :class:`FlowControl`. Before each fetch the consumer asks it how many
+more records it may take: the fetch is capped to that number, and at zero every
+assigned partition is *paused* while the loop keeps polling — so the group
+never sees a stalled member, nothing is fetched that cannot be started, and
+fetching resumes as soon as there is room again.
 """
 
 from __future__ import annotations
@@ -64,6 +72,9 @@ class Inbound:
 
 
 Handler = Callable[[Inbound], Awaitable[None]]
+# Handles every decoded record of one partition batch at once (e.g. one database
+# transaction per batch); see ``RecordConsumer(batch_handler=...)``.
+BatchHandler = Callable[[Sequence[Inbound]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,18 @@ class Failure:
     code: str
     message: str
     attempts: int
+
+
+class FlowControl(Protocol):
+    """Back-pressure for handlers that start background work (see the module docstring)."""
+
+    def room(self) -> int:
+        """How many more records may be fetched now (<= 0: pause every partition)."""
+        ...
+
+    async def wait_for_room(self, timeout_s: float) -> None:
+        """Return when there may be room again, or after ``timeout_s``."""
+        ...
 
 
 class DeadLetterSink(Protocol):
@@ -93,25 +116,32 @@ class RecordConsumer:
         kafka: KafkaSettings,
         topics: Sequence[TopicSpec[Any]],
         group_id: str,
-        handler: Handler,
+        handler: Handler | None = None,
         dead_letters: DeadLetterSink,
+        batch_handler: BatchHandler | None = None,
         policy: ErrorPolicy = ErrorPolicy(),
         max_batch: int = 100,
         consumer_options: Mapping[str, Any] | None = None,
         serde: Serde | None = None,
+        flow: FlowControl | None = None,
     ) -> None:
         self._service = service
         self._kafka = kafka
         self._serde = serde or Serde.from_settings(kafka)
         self._topics = {spec.physical_name(kafka): spec for spec in topics}
         self._group_id = group_id
-        self._handler = handler
+        if (handler is None) == (batch_handler is None):
+            raise ValueError("give exactly one of handler and batch_handler")
+        self._batch_handler = batch_handler
+        self._handler: Handler = handler if handler is not None else self._one_record_batch
         self._dead_letters = dead_letters
         self._policy = policy
         self._max_batch = max_batch
         self._options = dict(consumer_options or {})
         self._consumer: AIOKafkaConsumer | None = None
         self._stop = asyncio.Event()
+        self._flow = flow
+        self._paused = False
 
     async def ready(self) -> bool:
         """Ready once the group assigned us partitions (or the group simply has none for us)."""
@@ -135,7 +165,8 @@ class RecordConsumer:
         log.info("consumer started", extra={"group_id": self._group_id, "topics": sorted(self._topics)})
         try:
             while not stop.is_set():
-                batches = await consumer.getmany(timeout_ms=250, max_records=self._max_batch)
+                limit = await self._fetch_limit(consumer)
+                batches = await consumer.getmany(timeout_ms=250, max_records=limit)
                 for tp, records in batches.items():
                     await self._process_partition_batch(consumer, tp, records)
                     if stop.is_set():
@@ -145,16 +176,50 @@ class RecordConsumer:
             self._consumer = None
             log.info("consumer stopped", extra={"group_id": self._group_id})
 
+    async def _fetch_limit(self, consumer: AIOKafkaConsumer) -> int:
+        """How many records the next fetch may return; pauses/resumes partitions for the flow control.
+
+        While paused the loop still calls ``getmany`` (which then returns nothing), so the
+        member keeps polling within ``max.poll.interval.ms``. Partitions assigned by a
+        rebalance come unpaused, hence the pause is re-applied on every turn.
+        """
+        if self._flow is None:
+            return self._max_batch
+        room = self._flow.room()
+        if room <= 0:
+            assigned = consumer.assignment()
+            if assigned:
+                consumer.pause(*assigned)
+            if not self._paused:
+                self._paused = True
+                log.info("consumer paused: no room", extra={"group_id": self._group_id})
+            await self._flow.wait_for_room(0.25)
+            room = self._flow.room()
+            if room <= 0:
+                return 1
+        if self._paused:
+            consumer.resume(*consumer.assignment())
+            self._paused = False
+            log.info("consumer resumed", extra={"group_id": self._group_id, "room": room})
+        return max(1, min(self._max_batch, room))
+
+    async def _one_record_batch(self, inbound: Inbound) -> None:
+        assert self._batch_handler is not None
+        await self._batch_handler([inbound])
+
     async def _process_partition_batch(
         self, consumer: AIOKafkaConsumer, tp: TopicPartition, records: list[ConsumerRecord[bytes, bytes]]
     ) -> None:
         next_offset: int | None = None
         try:
-            for record in records:
-                if self._stop.is_set():
-                    break
-                await self._process(record)
-                next_offset = record.offset + 1
+            if self._batch_handler is not None and len(records) > 1 and await self._process_batch(records):
+                next_offset = records[-1].offset + 1
+            else:
+                for record in records:
+                    if self._stop.is_set():
+                        break
+                    await self._process(record)
+                    next_offset = record.offset + 1
         except _Stopping:
             pass
         finally:
@@ -163,6 +228,68 @@ class RecordConsumer:
         highwater = consumer.highwater(tp)
         if highwater is not None and next_offset is not None:
             CONSUMER_LAG.labels(self._service, tp.topic, str(tp.partition)).set(max(0, highwater - next_offset))
+
+    async def _process_batch(self, records: list[ConsumerRecord[bytes, bytes]]) -> bool:
+        """Decode the batch and hand it to the batch handler in one call.
+
+        True when the whole batch is done (handled, or undecodable records dead-lettered).
+        False when the batch handler failed: the caller then goes record by record, with
+        the retries and dead-lettering of the error policy, so one bad record cannot hold
+        back the others.
+        """
+        assert self._batch_handler is not None
+        decoded: list[Inbound] = []
+        undecodable: list[tuple[ConsumerRecord[bytes, bytes], ContractError]] = []
+        for record in records:
+            spec = self._topics[record.topic]
+            try:
+                value = self._serde.decode(spec, record.value)
+            except ContractError as exc:
+                if exc.retryable:
+                    return False  # the registry is down: the per-record path waits for it
+                undecodable.append((record, exc))
+                continue
+            decoded.append(self._inbound(spec, record, value))
+        started = time.perf_counter()
+        try:
+            if decoded:
+                await self._batch_handler(decoded)
+        except Exception:
+            log.warning(
+                "batch handler failed, retrying record by record",
+                extra={"topic": records[0].topic, "partition": records[0].partition, "records": len(records)},
+                exc_info=True,
+            )
+            return False
+        elapsed = time.perf_counter() - started
+        for inbound in decoded:
+            HANDLER_SECONDS.labels(self._service, inbound.topic.name).observe(elapsed / len(decoded))
+            RECORDS_CONSUMED.labels(self._service, inbound.topic.name, "handled").inc()
+        for record, error in undecodable:
+            log.warning(
+                "undecodable record",
+                extra={
+                    "topic": record.topic,
+                    "partition": record.partition,
+                    "offset": record.offset,
+                    "error_code": str(error.code),
+                },
+            )
+            await self._dead_letter(record, Failure(str(error.code), error.message, attempts=1))
+            RECORDS_CONSUMED.labels(self._service, record.topic, "undecodable").inc()
+        return True
+
+    @staticmethod
+    def _inbound(spec: TopicSpec[Any], record: ConsumerRecord[bytes, bytes], value: Any) -> Inbound:
+        return Inbound(
+            topic=spec,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            value=value,
+            headers=tuple((k, v) for k, v in (record.headers or ())),
+            timestamp_ms=record.timestamp,
+        )
 
     async def _commit(self, consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int) -> None:
         try:
@@ -194,15 +321,7 @@ class RecordConsumer:
                 await self._dead_letter(record, Failure(str(exc.code), exc.message, attempts=1))
                 RECORDS_CONSUMED.labels(self._service, record.topic, "undecodable").inc()
                 return
-        inbound = Inbound(
-            topic=spec,
-            partition=record.partition,
-            offset=record.offset,
-            key=record.key,
-            value=value,
-            headers=tuple((k, v) for k, v in (record.headers or ())),
-            timestamp_ms=record.timestamp,
-        )
+        inbound = self._inbound(spec, record, value)
         attempt = 0
         while True:
             attempt += 1

@@ -8,6 +8,7 @@ conversation land on one partition number across every conversation topic.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from switchboard.settings import KafkaSettings
 class RecordProducer:
     """Start once per process, share it, stop it at shutdown."""
 
-    def __init__(self, kafka: KafkaSettings, *, service: str, serde: Serde | None = None) -> None:
+    def __init__(self, kafka: KafkaSettings, *, service: str, serde: Serde | None = None, linger_ms: int = 5) -> None:
         self._kafka = kafka
         self._serde = serde or Serde.from_settings(kafka)
         self._service = service
@@ -31,7 +32,7 @@ class RecordProducer:
             client_id=f"{kafka.client_id}-{service}",
             enable_idempotence=True,
             acks="all",
-            linger_ms=5,
+            linger_ms=linger_ms,
         )
 
     async def start(self) -> None:
@@ -55,6 +56,28 @@ class RecordProducer:
             topic, key=encode_key(topic, record), value=self._serde.encode(topic, record), headers=headers
         )
 
+    async def enqueue(
+        self, topic: TopicSpec[Any], record: Any, *, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> asyncio.Future[RecordMetadata]:
+        """Encode ``record`` and add it to the producer's batch without waiting for the broker.
+
+        Returns the delivery future. For high-volume, best-effort streams (live run
+        events): records enqueued one after another by one task keep their order, and
+        the caller does not pay a broker round trip per record.
+        """
+        future: asyncio.Future[RecordMetadata] = await self._producer.send(
+            topic.physical_name(self._kafka),
+            value=self._serde.encode(topic, record),
+            key=encode_key(topic, record),
+            headers=list(headers),
+        )
+        RECORDS_PRODUCED.labels(self._service, topic.name).inc()
+        return future
+
+    async def flush(self) -> None:
+        """Wait until every enqueued record was sent (or failed)."""
+        await self._producer.flush()
+
     async def send_raw(
         self, topic: TopicSpec[Any], *, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]] = ()
     ) -> RecordMetadata:
@@ -64,3 +87,30 @@ class RecordProducer:
         )
         RECORDS_PRODUCED.labels(self._service, topic.name).inc()
         return metadata
+
+    async def send_soon(
+        self, topic: TopicSpec[Any], record: Any, *, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> asyncio.Future[RecordMetadata]:
+        """Encode and hand ``record`` to the producer's batch; await the returned future for the ack.
+
+        For callers that send many records and then wait once (``asyncio.gather``), which
+        lets the producer batch them instead of one round trip per record.
+        """
+        future = await self._producer.send(
+            topic.physical_name(self._kafka),
+            value=self._serde.encode(topic, record),
+            key=encode_key(topic, record),
+            headers=list(headers),
+        )
+        RECORDS_PRODUCED.labels(self._service, topic.name).inc()
+        return future
+
+    async def send_bytes_soon(
+        self, topic_name: str, *, key: bytes | None, value: bytes | None
+    ) -> asyncio.Future[RecordMetadata]:
+        """Hand raw bytes to a topic that is not a contract (a stream processor's own changelog).
+
+        ``value=None`` writes a tombstone. The key decides the partition (murmur2, like
+        every producer of ours), so a changelog stays co-partitioned with its source.
+        """
+        return await self._producer.send(topic_name, value=value, key=key)

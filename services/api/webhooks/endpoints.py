@@ -1,7 +1,112 @@
-"""HTTP endpoints of the webhooks domain."""
+"""``POST /api/v1/webhooks/waha``: WAHA-compatible inbound webhook [004 §4.6].
+
+No bearer token: WAHA proves itself with an HMAC-SHA512 of the raw body keyed
+by the channel session's secret (``X-Webhook-Hmac``). The handler answers as
+soon as the message row and its outbox record are committed; Kafka is the
+relay's business, so a slow or absent broker never slows WAHA down.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated, Any, ClassVar
+
+from fastapi import APIRouter, Header, Request
+from prometheus_client import Counter
+from pydantic import ValidationError
+
+from services.api.core.database import PublicSession
+from services.api.core.errors import ApiError, Unauthorized, ValidationFailed, error_responses
+from services.api.core.responses import Envelope
+from services.api.webhooks import service
+from services.api.webhooks.schemas import WahaEvent, WebhookResult
+from switchboard.contracts import Serde
+from switchboard.crypto import KeyRing
 
 router = APIRouter(prefix="/api/v1", tags=["webhooks"])
+
+# WAHA can embed media as base64; anything this large is not a chat message we can use.
+MAX_BODY_BYTES = 1024 * 1024
+
+DELIVERIES = Counter(
+    "switchboard_webhook_deliveries_total",
+    "Inbound webhook deliveries, by provider and outcome",
+    ["provider", "outcome"],
+)
+
+
+class PayloadTooLarge(ApiError):
+    status_code: ClassVar[int] = 413
+    code: ClassVar[str] = "payload_too_large"
+    default_message: ClassVar[str] = f"The body exceeds {MAX_BODY_BYTES} bytes"
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise PayloadTooLarge()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise PayloadTooLarge()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _envelope(raw: bytes) -> WahaEvent:
+    try:
+        return WahaEvent.model_validate_json(raw)
+    except ValidationError as exc:
+        problems = [
+            {"loc": [str(p) for p in err.get("loc", ())], "msg": str(err.get("msg", "")), "type": err["type"]}
+            for err in exc.errors(include_url=False, include_input=False)
+        ]
+        raise ValidationFailed("The body is not a WAHA event", details={"errors": problems}) from exc
+
+
+_REQUEST_BODY: dict[str, Any] = {
+    "required": True,
+    "content": {"application/json": {"schema": WahaEvent.model_json_schema()}},
+}
+
+
+@router.post(
+    "/webhooks/waha",
+    response_model=Envelope[WebhookResult],
+    responses=error_responses(Unauthorized, ValidationFailed, PayloadTooLarge),
+    openapi_extra={"requestBody": _REQUEST_BODY, "security": []},
+)
+async def waha_webhook(
+    request: Request,
+    session: PublicSession,
+    x_webhook_hmac: Annotated[
+        str | None, Header(alias="X-Webhook-Hmac", description="hex HMAC-SHA512 of the raw body, keyed by the secret")
+    ] = None,
+    x_webhook_hmac_algorithm: Annotated[
+        str | None, Header(alias="X-Webhook-Hmac-Algorithm", description="`sha512` (the only one accepted)")
+    ] = None,
+) -> Envelope[WebhookResult]:
+    """Ingest one WAHA event: `message`/`message.any` are stored once and dispatched when a customer wrote them;
+    `session.status` follows the session's state; other events are acknowledged and ignored.
+    """
+    try:
+        raw = await _read_body(request)
+        delivery = service.Delivery(
+            raw=raw,
+            event=_envelope(raw),
+            signature=x_webhook_hmac,
+            algorithm=x_webhook_hmac_algorithm,
+            request_id=getattr(request.state, "request_id", None),
+        )
+        keyring: KeyRing = request.app.state.keyring
+        serde: Serde = request.app.state.serde
+        result = await session.run_sync(
+            lambda s: service.handle_delivery(s, keyring=keyring, serde=serde, delivery=delivery)
+        )
+    except ApiError as exc:
+        DELIVERIES.labels("waha", exc.code).inc()
+        raise
+    outcome = "dispatched" if result.dispatched else result.reason or "stored"
+    DELIVERIES.labels("waha", outcome).inc()
+    return Envelope(data=result)

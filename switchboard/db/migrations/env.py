@@ -34,11 +34,13 @@ DEFAULT_APP_ROLE = "switchboard_app"
 
 # Privileges taken back from the application role after the blanket grant, and why:
 # the audit log is append-only; the model catalog and the migration bookkeeping are
-# written by migrations only.
+# written by migrations only; the dispatch rate counter is reached only through the
+# SECURITY DEFINER function admit_org_runs (revision 0008), never directly.
 READ_MOSTLY_TABLES: dict[str, str] = {
     "audit_log": "UPDATE, DELETE, TRUNCATE",
     "ai_models": "INSERT, UPDATE, DELETE, TRUNCATE",
     "alembic_version": "INSERT, UPDATE, DELETE, TRUNCATE",
+    "dispatch_rate_windows": "SELECT, INSERT, UPDATE, DELETE, TRUNCATE",
 }
 
 config = context.config

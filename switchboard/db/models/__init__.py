@@ -16,6 +16,7 @@ from switchboard.db.models.autonomy import (
 from switchboard.db.models.budgets import BudgetIncident, BudgetPolicy
 from switchboard.db.models.channels import ChannelSession, Contact, Conversation, Message
 from switchboard.db.models.followups import ScheduledFollowup
+from switchboard.db.models.limits import DispatchRateWindow
 from switchboard.db.models.outbox import OutboxEvent
 from switchboard.db.models.runs import ONE_ACTIVE_RUN_INDEX, AiAgentRun, DispatchDecision
 from switchboard.db.models.tenancy import ApiToken, Membership, Organization, User
@@ -38,6 +39,7 @@ __all__ = [
     "Contact",
     "Conversation",
     "DispatchDecision",
+    "DispatchRateWindow",
     "Membership",
     "Message",
     "Organization",

@@ -37,10 +37,11 @@ from switchboard.db.enums import (
     LlmProvider,
 )
 
-# The seed's default trigger [004 §3.2]: inbound messages, no groups, not our own messages.
+# The seed's default trigger [004 §3.2] (inbound messages, no groups, not our own messages),
+# stored in the flat shape of the ``published`` contract's TriggerConfig (revision 0006).
 DEFAULT_TRIGGER_CONFIG_SQL = (
-    '\'{"events": ["message"], "filters": {"ignore_groups": true, "ignore_self": true,'
-    ' "keyword_regex": null, "business_hours": null}}\'::jsonb'
+    '\'{"event_types": ["message"], "ignore_groups": true, "ignore_own": true,'
+    ' "keyword_regex": null, "business_hours": null}\'::jsonb'
 )
 DEFAULT_HANDOFF_KEYWORDS_SQL = "ARRAY['falar com humano', 'atendente', 'pessoa real']::text[]"
 
@@ -143,6 +144,7 @@ class AiAgentVersion(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         ForeignKey("ai_provider_credentials.id", ondelete="RESTRICT"), index=True
     )
     tool_ids: Mapped[list[str]] = mapped_column(server_default=text("'{}'::text[]"))
+    # {"event_types", "ignore_groups", "ignore_own", "keyword_regex", "business_hours"} (contracts.TriggerConfig).
     trigger_config: Mapped[dict[str, Any]] = mapped_column(server_default=text(DEFAULT_TRIGGER_CONFIG_SQL))
     # NULL for agents without a channel (scheduled analysis); publish requires one for chat agents.
     channel_session_id: Mapped[uuid.UUID | None] = mapped_column(
@@ -174,11 +176,17 @@ class AiProviderCredential(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
 
     ``key_id`` names the encryption key used, so keys rotate without downtime:
     new rows use the new key, old rows decrypt with theirs until re-encrypted.
+    The associated data binds the ciphertext to this row and org
+    (``switchboard.credentials.credential_aad``).
+
+    Deleting is a tombstone: ``deleted_at`` is set and the sealed key is erased
+    (all four secret columns NULL), while the row stays for the versions and
+    runs that name it. Only live rows hold a secret, and labels are unique
+    among live rows only.
     """
 
     __tablename__ = "ai_provider_credentials"
     __table_args__ = (
-        UniqueConstraint("org_id", "provider", "label"),
         check_in("provider", CREDENTIAL_PROVIDERS),
         check_in("validation_status", CredentialValidation),
         CheckConstraint("octet_length(iv) = 12", name="iv_length"),
@@ -186,6 +194,16 @@ class AiProviderCredential(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         CheckConstraint("octet_length(ciphertext) > 0", name="ciphertext_present"),
         CheckConstraint("char_length(last4) BETWEEN 1 AND 4", name="last4_length"),
         CheckConstraint("char_length(key_id) BETWEEN 1 AND 64", name="key_id_length"),
+        CheckConstraint("char_length(label) BETWEEN 1 AND 200", name="label_length"),
+        CheckConstraint("base_url IS NULL OR char_length(base_url) BETWEEN 1 AND 2048", name="base_url_length"),
+        CheckConstraint(
+            "(ciphertext IS NULL) = (iv IS NULL) AND (ciphertext IS NULL) = (tag IS NULL)"
+            " AND (ciphertext IS NULL) = (key_id IS NULL)",
+            name="secret_complete",
+        ),
+        # A live credential holds its sealed key; a deleted one holds none and is neither active nor default.
+        CheckConstraint("(deleted_at IS NULL) = (ciphertext IS NOT NULL)", name="secret_iff_live"),
+        CheckConstraint("deleted_at IS NULL OR NOT (is_active OR is_default)", name="deleted_is_inactive"),
         # The org's default key for a provider (step 2 of credential resolution).
         Index(
             "uq_ai_provider_credentials_one_default_per_provider",
@@ -194,15 +212,27 @@ class AiProviderCredential(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
             unique=True,
             postgresql_where=text("is_default AND is_active"),
         ),
+        Index(
+            "uq_ai_provider_credentials_live_label",
+            "org_id",
+            "provider",
+            "label",
+            unique=True,
+            postgresql_where=text("deleted_at IS NULL"),
+        ),
     )
 
     provider: Mapped[str]
     label: Mapped[str]
-    ciphertext: Mapped[bytes]
-    iv: Mapped[bytes]
-    tag: Mapped[bytes]
-    key_id: Mapped[str]
+    # The sealed key: NULL only once the credential is deleted.
+    ciphertext: Mapped[bytes | None]
+    iv: Mapped[bytes | None]
+    tag: Mapped[bytes | None]
+    key_id: Mapped[str | None]
     last4: Mapped[str]
+    # An OpenAI-compatible (or proxy) endpoint instead of the provider's, in the official SDK's
+    # convention (OpenAI: ending in /v1). NULL = the provider's configured default.
+    base_url: Mapped[str | None]
     validation_status: Mapped[str] = mapped_column(server_default=text("'pending'"))
     validated_at: Mapped[datetime | None]
     validation_error: Mapped[str | None]
@@ -210,6 +240,7 @@ class AiProviderCredential(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     is_active: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
     is_default: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     created_by: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    deleted_at: Mapped[datetime | None]
 
 
 class AiModel(UUIDPrimaryKey, Timestamps, Base):

@@ -24,6 +24,17 @@ from switchboard.db.enums import (
 _E164 = r"^\+[1-9][0-9]{6,14}$"
 
 
+def _sealed_checks(prefix: str) -> tuple[CheckConstraint, ...]:
+    """An AES-GCM sealed value is all four columns or none, with a 12-byte IV and 16-byte tag."""
+    parts = [f"{prefix}_{c}" for c in ("ciphertext", "iv", "tag", "key_id")]
+    complete = " AND ".join(f"({parts[0]} IS NULL) = ({p} IS NULL)" for p in parts[1:])
+    return (
+        CheckConstraint(complete, name=f"{prefix}_complete"),
+        CheckConstraint(f"{prefix}_iv IS NULL OR octet_length({prefix}_iv) = 12", name=f"{prefix}_iv_length"),
+        CheckConstraint(f"{prefix}_tag IS NULL OR octet_length({prefix}_tag) = 16", name=f"{prefix}_tag_length"),
+    )
+
+
 class ChannelSession(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     """One connected number on a channel provider (a WAHA session)."""
 
@@ -35,6 +46,8 @@ class ChannelSession(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         # The webhook names the session; the pair must lead to exactly one org.
         UniqueConstraint("provider", "external_session"),
         Index(None, "org_id", "created_at"),
+        *_sealed_checks("webhook_secret"),
+        *_sealed_checks("api_key"),
     )
 
     provider: Mapped[str] = mapped_column(server_default=text("'waha'"))
@@ -45,6 +58,18 @@ class ChannelSession(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     status: Mapped[str] = mapped_column(server_default=text("'starting'"))
     # The provider endpoint for this session; NULL means the platform's configured default.
     base_url: Mapped[str | None]
+    # HMAC key the provider signs webhooks with, AES-GCM sealed (associated data binds it to
+    # this row). NULL: no secret yet, so every webhook for the session is refused.
+    webhook_secret_ciphertext: Mapped[bytes | None]
+    webhook_secret_iv: Mapped[bytes | None]
+    webhook_secret_tag: Mapped[bytes | None]
+    webhook_secret_key_id: Mapped[str | None]
+    webhook_secret_rotated_at: Mapped[datetime | None]
+    # The provider's API key for outbound sends (WAHA ``X-Api-Key``), sealed the same way; optional.
+    api_key_ciphertext: Mapped[bytes | None]
+    api_key_iv: Mapped[bytes | None]
+    api_key_tag: Mapped[bytes | None]
+    api_key_key_id: Mapped[str | None]
 
 
 class Contact(UUIDPrimaryKey, OrgScoped, Timestamps, Base):

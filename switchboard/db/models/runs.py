@@ -142,17 +142,20 @@ class AiAgentRun(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
 
 
 class DispatchDecision(UUIDPrimaryKey, OrgScoped, CreatedAt, Base):
-    """Every decision the dispatcher takes on a dispatch request, for audit and metrics.
+    """Every decision the dispatcher takes on a dispatch request or a run, for audit and metrics.
 
-    Idempotent per (dispatch_event_id, outcome): a replayed request records the
-    same decision once (``ON CONFLICT DO NOTHING``).
+    Written by the dispatcher's decision sink from the ``dispatch_decisions`` topic.
+    Idempotent per ``decision_id`` (the record's event id, derived from the dispatch and
+    the outcome): a decision replayed or recomputed after a crash is stored once
+    (``ON CONFLICT DO NOTHING``). One dispatch may carry several decisions over time
+    (``rate_limited`` then ``dispatched``; ``recovered`` at attempt 2 and 3).
     """
 
     __tablename__ = "dispatch_decisions"
     __table_args__ = (
         check_in("outcome", DispatchOutcome),
         check_in("wake_reason", WakeReason),
-        UniqueConstraint("dispatch_event_id", "outcome"),
+        UniqueConstraint("decision_id"),
         CheckConstraint("outcome <> 'dispatched' OR run_id IS NOT NULL", name="dispatched_has_run"),
         Index(None, "org_id", "created_at"),
         # The no_match rate per org [004 §8.2].
@@ -160,8 +163,10 @@ class DispatchDecision(UUIDPrimaryKey, OrgScoped, CreatedAt, Base):
         Index(None, "conversation_id", "created_at"),
     )
 
-    # The id of the dispatch_requested event this decision answers.
-    dispatch_event_id: Mapped[uuid.UUID]
+    # The event id of the dispatch_decisions record: the idempotency key of the sink.
+    decision_id: Mapped[uuid.UUID] = mapped_column(server_default=text("gen_random_uuid()"))
+    # The id of the dispatch_requested event this decision answers (for run decisions, the run's first).
+    dispatch_event_id: Mapped[uuid.UUID] = mapped_column(index=True)
     outcome: Mapped[str]
     conversation_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("conversations.id", ondelete="SET NULL"))
     inbound_message_id: Mapped[uuid.UUID | None] = mapped_column(

@@ -16,9 +16,13 @@ from tests.support.stack import StackEndpoints
 
 @pytest.fixture
 def api_settings(stack: StackEndpoints, kafka_settings: KafkaSettings, migrated: None) -> ApiSettings:
+    # No relay: the stack database's outbox is shared by every test, and a relay here would
+    # publish other tests' rows under this test's topic prefix. Tests read the outbox rows;
+    # the relay has its own tests on a scratch database (tests/integration/outbox).
     return ApiSettings(
         database=DatabaseSettings(url=stack.database_url, owner_url=stack.database_owner_url),
         kafka=kafka_settings,
+        outbox_relay=False,
     )
 
 

@@ -31,6 +31,10 @@ SPEC_TOPICS = {
     "insights",
     "steering",
     "dead_letter",
+    # The dispatcher's own contracts (issue 4): heartbeats, internal ticks, decisions.
+    "run_heartbeats",
+    "dispatcher_ticks",
+    "dispatch_decisions",
 }
 
 
@@ -66,6 +70,9 @@ def test_conversation_topics_share_the_configured_partition_count() -> None:
         "run_completed",
         "handoff_triggered",
         "steering",
+        "run_heartbeats",
+        "dispatcher_ticks",
+        "dispatch_decisions",
     }
     assert {t.partition_count(settings) for t in conversation} == {12}
     assert all(t.key_field == "conversation_id" for t in conversation)

@@ -1,0 +1,1 @@
+"""Benchmarks: measured by hand (``make bench``), never run by the test suite."""

@@ -1,0 +1,36 @@
+"""All SQL of the channel sessions domain (sync Session; the API calls it through ``run_sync``)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import Session
+
+from switchboard.db.models.channels import ChannelSession
+
+
+def by_id(
+    session: Session, org_id: uuid.UUID, session_id: uuid.UUID, *, for_update: bool = False
+) -> ChannelSession | None:
+    query = select(ChannelSession).where(ChannelSession.org_id == org_id, ChannelSession.id == session_id)
+    if for_update:
+        query = query.with_for_update()
+    return session.scalars(query).one_or_none()
+
+
+def page(
+    session: Session, org_id: uuid.UUID, *, limit: int, after: tuple[datetime, uuid.UUID] | None
+) -> list[ChannelSession]:
+    """Oldest first (the order they were connected), keyset-paged on (created_at, id)."""
+    query = select(ChannelSession).where(ChannelSession.org_id == org_id)
+    if after is not None:
+        created_at, row_id = after
+        query = query.where(
+            or_(
+                ChannelSession.created_at > created_at,
+                and_(ChannelSession.created_at == created_at, ChannelSession.id > row_id),
+            )
+        )
+    return list(session.scalars(query.order_by(ChannelSession.created_at, ChannelSession.id).limit(limit)))

@@ -1,0 +1,105 @@
+"""Request and response bodies of the channel session endpoints.
+
+Secrets travel one way: the webhook secret is returned only by create and
+``:rotate-secret`` (``ChannelSessionCreated``); the provider API key is accepted
+and never returned (views say only whether one is stored).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from switchboard.db.enums import ChannelProvider, ChannelSessionStatus
+
+# WAHA session names: letters, digits and a few separators; they are routing keys, not text.
+SESSION_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,99}$"
+E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
+WEBHOOK_PATH = "/api/v1/webhooks/waha"
+
+
+def _http_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("must be an http(s) URL with a host")
+    if parts.username or parts.password:
+        raise ValueError("must not embed credentials; send the API key in api_key")
+    return value.rstrip("/")
+
+
+class CreateChannelSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = Field(min_length=1, max_length=100, description="A name people recognise, e.g. 'Sales line'")
+    external_session: str = Field(
+        pattern=SESSION_NAME_PATTERN,
+        description="The WAHA session name, exactly as WAHA sends it in webhooks (unique on the platform)",
+    )
+    phone_number: str | None = Field(default=None, pattern=E164_PATTERN, description="E.164, e.g. +5511999999999")
+    base_url: str | None = Field(
+        default=None, max_length=500, description="The WAHA server for outbound sends; null: the platform default"
+    )
+    api_key: SecretStr | None = Field(
+        default=None, min_length=1, max_length=500, description="WAHA `X-Api-Key` for outbound sends; never returned"
+    )
+
+    _check_url = field_validator("base_url")(_http_url)
+
+
+class UpdateChannelSession(BaseModel):
+    """Only the properties sent change; ``api_key: null`` removes the stored key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str | None = Field(default=None, min_length=1, max_length=100)
+    phone_number: str | None = Field(default=None, pattern=E164_PATTERN)
+    base_url: str | None = Field(default=None, max_length=500)
+    api_key: SecretStr | None = Field(default=None, min_length=1, max_length=500)
+
+    _check_url = field_validator("base_url")(_http_url)
+
+    @field_validator("label")
+    @classmethod
+    def _label_not_null(cls, value: str | None) -> str:
+        if value is None:
+            raise ValueError("label cannot be null")
+        return value
+
+
+class WebhookSetup(BaseModel):
+    """How to configure the WAHA session's webhook so Switchboard accepts its deliveries."""
+
+    path: str = WEBHOOK_PATH
+    events: list[str] = ["message", "message.any", "session.status"]
+    hmac_algorithm: Literal["sha512"] = "sha512"
+    signature_header: str = "X-Webhook-Hmac"
+
+
+class ChannelSessionView(BaseModel):
+    """A channel session as anyone with access may see it: no secret, ever."""
+
+    id: uuid.UUID
+    provider: ChannelProvider
+    external_session: str
+    label: str
+    phone_number: str | None
+    status: ChannelSessionStatus
+    base_url: str | None
+    has_webhook_secret: bool
+    has_api_key: bool
+    webhook_secret_rotated_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ChannelSessionCreated(ChannelSessionView):
+    """Returned by create and ``:rotate-secret`` only: the webhook secret is shown this once."""
+
+    webhook_secret: str = Field(description="The HMAC key to set in WAHA's webhook config (`hmac.key`); shown once")
+    webhook: WebhookSetup = WebhookSetup()

@@ -1,0 +1,235 @@
+"""Channel session rules: create, edit, rotate the webhook secret; seal and open its secrets.
+
+The webhook secret is generated here (never chosen by a person, so it is long
+and random) and sealed with the key ring; the API must read it back in clear to
+verify HMAC signatures, which is why it is encrypted rather than hashed. The
+associated data names the column, the org and the row, so a ciphertext copied
+to another session or org does not open (AAD format below; the notifier uses
+the same format to open ``api_key``).
+
+Functions take a sync ``Session`` whose transaction the caller owns and never commit.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from services.api.channels import repository
+from services.api.core.errors import Conflict, NotFound
+from switchboard.crypto import KeyRing, Sealed
+from switchboard.db.audit import record_audit
+from switchboard.db.enums import ChannelProvider
+from switchboard.db.lookups import lookup_channel_session
+from switchboard.db.models.channels import ChannelSession
+
+SECRET_PREFIX = "sbwh_"
+SealedField = Literal["webhook_secret", "api_key"]
+
+
+@dataclass(frozen=True)
+class IssuedSecret:
+    row: ChannelSession
+    webhook_secret: str
+
+
+def sealed_aad(field: SealedField, org_id: uuid.UUID, session_id: uuid.UUID) -> bytes:
+    """``channel_sessions.<field>:<org_id>:<session_id>``: binds a ciphertext to its row."""
+    return f"channel_sessions.{field}:{org_id}:{session_id}".encode()
+
+
+def new_webhook_secret() -> str:
+    """32 random bytes, url-safe, prefixed so secret scanners recognise a leaked one."""
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def _seal_into(row: ChannelSession, field: SealedField, keyring: KeyRing, plaintext: str | None) -> None:
+    if plaintext is None:
+        values: tuple[bytes | None, bytes | None, bytes | None, str | None] = (None, None, None, None)
+    else:
+        sealed = keyring.seal(plaintext.encode(), aad=sealed_aad(field, row.org_id, row.id))
+        values = (sealed.ciphertext, sealed.iv, sealed.tag, sealed.key_id)
+    for suffix, value in zip(("ciphertext", "iv", "tag", "key_id"), values, strict=True):
+        setattr(row, f"{field}_{suffix}", value)
+
+
+def open_sealed(
+    keyring: KeyRing,
+    field: SealedField,
+    *,
+    org_id: uuid.UUID,
+    session_id: uuid.UUID,
+    ciphertext: bytes | None,
+    iv: bytes | None,
+    tag: bytes | None,
+    key_id: str | None,
+) -> bytes | None:
+    """The plaintext of a sealed column group, or None when nothing is stored (``CryptoError`` if tampered)."""
+    if ciphertext is None or iv is None or tag is None or key_id is None:
+        return None
+    sealed = Sealed(bytes(ciphertext), bytes(iv), bytes(tag), key_id)
+    return keyring.open(sealed, aad=sealed_aad(field, org_id, session_id))
+
+
+def open_webhook_secret(keyring: KeyRing, row: ChannelSession) -> bytes | None:
+    """The HMAC key of the session, or None when it has none."""
+    return open_sealed(
+        keyring,
+        "webhook_secret",
+        org_id=row.org_id,
+        session_id=row.id,
+        ciphertext=row.webhook_secret_ciphertext,
+        iv=row.webhook_secret_iv,
+        tag=row.webhook_secret_tag,
+        key_id=row.webhook_secret_key_id,
+    )
+
+
+def open_api_key(keyring: KeyRing, row: ChannelSession) -> str | None:
+    """The provider API key for outbound sends, or None."""
+    opened = open_sealed(
+        keyring,
+        "api_key",
+        org_id=row.org_id,
+        session_id=row.id,
+        ciphertext=row.api_key_ciphertext,
+        iv=row.api_key_iv,
+        tag=row.api_key_tag,
+        key_id=row.api_key_key_id,
+    )
+    return None if opened is None else opened.decode()
+
+
+def create_session(
+    session: Session,
+    keyring: KeyRing,
+    *,
+    org_id: uuid.UUID,
+    actor_user_id: uuid.UUID | None,
+    label: str,
+    external_session: str,
+    phone_number: str | None,
+    base_url: str | None,
+    api_key: str | None,
+    request_id: str | None,
+) -> IssuedSecret:
+    """Register a WAHA session for the org with a fresh webhook secret (returned once)."""
+    provider = ChannelProvider.WAHA.value
+    # Session names route webhooks, so they are unique on the platform. Say so without naming the owner.
+    if lookup_channel_session(session, provider, external_session) is not None:
+        raise Conflict("A channel session with this name already exists", details={"field": "external_session"})
+    row = ChannelSession(
+        id=uuid.uuid4(),
+        org_id=org_id,
+        provider=provider,
+        external_session=external_session,
+        label=label,
+        phone_number=phone_number,
+        base_url=base_url,
+    )
+    secret = new_webhook_secret()
+    _seal_into(row, "webhook_secret", keyring, secret)
+    row.webhook_secret_rotated_at = datetime.now(UTC)
+    _seal_into(row, "api_key", keyring, api_key)
+    try:
+        with session.begin_nested():
+            session.add(row)
+            session.flush()
+    except IntegrityError as exc:  # a concurrent create of the same name won the race
+        raise Conflict(
+            "A channel session with this name already exists", details={"field": "external_session"}
+        ) from exc
+    record_audit(
+        session,
+        org_id=org_id,
+        action="channel_session.created",
+        actor_user_id=actor_user_id,
+        target_type="channel_session",
+        target_id=row.id,
+        details={
+            "external_session": external_session,
+            "label": label,
+            "phone_number": phone_number,
+            "base_url": base_url,
+            "api_key_stored": api_key is not None,
+        },
+        request_id=request_id,
+    )
+    session.refresh(row)
+    return IssuedSecret(row=row, webhook_secret=secret)
+
+
+def rotate_webhook_secret(
+    session: Session,
+    keyring: KeyRing,
+    *,
+    org_id: uuid.UUID,
+    session_id: uuid.UUID,
+    actor_user_id: uuid.UUID | None,
+    request_id: str | None,
+) -> IssuedSecret:
+    """Replace the webhook secret; deliveries signed with the old one are refused from commit on."""
+    row = repository.by_id(session, org_id, session_id, for_update=True)
+    if row is None:
+        raise NotFound("No such channel session")
+    secret = new_webhook_secret()
+    _seal_into(row, "webhook_secret", keyring, secret)
+    row.webhook_secret_rotated_at = datetime.now(UTC)
+    record_audit(
+        session,
+        org_id=org_id,
+        action="channel_session.secret_rotated",
+        actor_user_id=actor_user_id,
+        target_type="channel_session",
+        target_id=row.id,
+        details={"external_session": row.external_session},
+        request_id=request_id,
+    )
+    session.flush()
+    session.refresh(row)
+    return IssuedSecret(row=row, webhook_secret=secret)
+
+
+def update_session(
+    session: Session,
+    keyring: KeyRing,
+    *,
+    org_id: uuid.UUID,
+    session_id: uuid.UUID,
+    actor_user_id: uuid.UUID | None,
+    changes: dict[str, object],
+    request_id: str | None,
+) -> ChannelSession:
+    """Apply the properties sent (``label``, ``phone_number``, ``base_url``, ``api_key``)."""
+    row = repository.by_id(session, org_id, session_id, for_update=True)
+    if row is None:
+        raise NotFound("No such channel session")
+    audited: dict[str, object] = {}
+    for name in ("label", "phone_number", "base_url"):
+        if name in changes:
+            setattr(row, name, changes[name])
+            audited[name] = changes[name]
+    if "api_key" in changes:
+        api_key = changes["api_key"]
+        _seal_into(row, "api_key", keyring, None if api_key is None else str(api_key))
+        audited["api_key_stored"] = api_key is not None
+    if audited:
+        record_audit(
+            session,
+            org_id=org_id,
+            action="channel_session.updated",
+            actor_user_id=actor_user_id,
+            target_type="channel_session",
+            target_id=row.id,
+            details=audited,
+            request_id=request_id,
+        )
+        session.flush()
+        session.refresh(row)
+    return row

@@ -1,0 +1,168 @@
+"""Reading runs: pages of summaries, one run with its trace.
+
+The trace is written by the runner as ``[{step, tool_name, args, result,
+started_at, ended_at, error?}]`` [004 §3.4]; ``trace_steps`` also accepts the
+obvious synonyms (``tool``, ``arguments``, ``duration_ms``) so an older or newer
+runner never makes a run unreadable, and scrubs secret-shaped values (defense in
+depth: the runner must not store them in the first place).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from services.api.core.errors import NotFound, ValidationFailed
+from services.api.runs import repository
+from services.api.runs.schemas import RunDetail, RunStep, RunSummary, usd
+from switchboard.db.enums import ErrorFamily, RunStatus, RunVitality, WakeReason
+from switchboard.db.models.runs import AiAgentRun
+from switchboard.observability.scrubbing import scrub, scrub_text
+
+
+def _when(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _first(entry: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if key in entry:
+            return entry[key]
+    return None
+
+
+def trace_steps(raw: Any) -> list[RunStep]:
+    steps: list[RunStep] = []
+    for index, entry in enumerate(raw if isinstance(raw, list) else []):
+        if not isinstance(entry, Mapping):
+            entry = {"result": entry}
+        started, ended = _when(entry.get("started_at")), _when(entry.get("ended_at"))
+        duration = _int(entry.get("duration_ms"))
+        if duration is None and started is not None and ended is not None:
+            duration = max(0, int((ended - started).total_seconds() * 1000))
+        name = _first(entry, "tool_name", "tool", "name")
+        call_id = entry.get("tool_call_id")
+        steps.append(
+            RunStep(
+                step=_int(entry.get("step")) if "step" in entry else index + 1,
+                tool_name=None if name is None else str(name),
+                tool_call_id=None if call_id is None else str(call_id),
+                arguments=scrub(_first(entry, "args", "arguments", "input")),
+                result=scrub(_first(entry, "result", "output")),
+                error=scrub(entry.get("error")),
+                started_at=started,
+                ended_at=ended,
+                duration_ms=duration,
+            )
+        )
+    return steps
+
+
+def _summary_fields(run: AiAgentRun) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "agent_id": run.agent_id,
+        "agent_version_id": run.agent_version_id,
+        "conversation_id": run.conversation_id,
+        "contact_id": run.contact_id,
+        "channel_session_id": run.channel_session_id,
+        "status": RunStatus(run.status),
+        "vitality": None if run.vitality is None else RunVitality(run.vitality),
+        "error_family": None if run.error_family is None else ErrorFamily(run.error_family),
+        "error_code": run.error_code,
+        "abort_reason": run.abort_reason,
+        "wake_reason": WakeReason(run.wake_reason),
+        "attempt": run.attempt,
+        "parent_run_id": run.parent_run_id,
+        "is_dry_run": run.is_dry_run,
+        "provider": run.provider,
+        "model": run.model,
+        "tokens_in": run.tokens_in,
+        "tokens_out": run.tokens_out,
+        "cost_micro_usd": run.cost_micros,
+        "cost_usd": usd(run.cost_micros),
+        "latency_ms": run.latency_ms,
+        "steps_count": run.steps_count,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "completed_at": run.completed_at,
+    }
+
+
+def summary(run: AiAgentRun) -> RunSummary:
+    return RunSummary(**_summary_fields(run))
+
+
+def detail(run: AiAgentRun) -> RunDetail:
+    return RunDetail(
+        **_summary_fields(run),
+        error_message=None if run.error_message is None else scrub_text(run.error_message),
+        inbound_message_id=run.inbound_message_id,
+        inbound_message_ids=list(run.inbound_message_ids),
+        outbound_message_id=run.outbound_message_id,
+        wake_context=dict(run.wake_context),
+        final_text=run.final_text,
+        summary=run.summary,
+        would_send_to=run.would_send_to,
+        actions_executed=scrub(list(run.actions_executed)),
+        actions_proposed=scrub(list(run.actions_proposed)),
+        heartbeat_at=run.heartbeat_at,
+        updated_at=run.updated_at,
+        trace=trace_steps(run.tool_calls),
+    )
+
+
+def list_runs(
+    session: Session,
+    *,
+    org_id: uuid.UUID,
+    limit: int,
+    before: tuple[datetime, uuid.UUID] | None,
+    agent_id: uuid.UUID | None,
+    status: RunStatus | None,
+    conversation_id: uuid.UUID | None,
+    created_from: datetime | None,
+    created_to: datetime | None,
+    dry_run: bool | None,
+    agent_must_exist: bool = False,
+) -> tuple[list[RunSummary], bool]:
+    """One page and whether more follow."""
+    if created_from is not None and created_to is not None and created_from >= created_to:
+        raise ValidationFailed("`from` must be before `to`", details={"field": "from"})
+    if agent_must_exist and agent_id is not None and not repository.agent_exists(session, org_id, agent_id):
+        raise NotFound("No such agent")
+    rows = repository.runs(
+        session,
+        org_id,
+        limit=limit + 1,
+        before=before,
+        agent_id=agent_id,
+        status=None if status is None else status.value,
+        conversation_id=conversation_id,
+        created_from=created_from,
+        created_to=created_to,
+        dry_run=dry_run,
+    )
+    return [summary(r) for r in rows[:limit]], len(rows) > limit
+
+
+def get_run(session: Session, *, org_id: uuid.UUID, run_id: uuid.UUID) -> RunDetail:
+    run = repository.run(session, org_id, run_id)
+    if run is None:
+        raise NotFound("No such run")
+    return detail(run)

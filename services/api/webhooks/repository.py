@@ -1,0 +1,204 @@
+"""All SQL of webhook ingest (sync Session, inside the tenant transaction of the delivery).
+
+Ingest must be correct when the same delivery arrives many times at once, so
+every write is an ``INSERT ... ON CONFLICT`` on the natural key rather than a
+read-then-write: contacts on (org_id, external_id), conversations on
+(channel_session_id, chat_id), messages on (channel_session_id, external_id).
+It is also the hot path of the API, so the three writes are one statement (one
+round trip, compiled once): see ``_INGEST``. Row-level security applies as to
+any statement (the tenant is set); the ``org_id`` filters are the code's own.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Boolean, DateTime, Text, bindparam, select, text, update
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.orm import Session
+
+from switchboard.db.lookups import ChannelSessionRoute
+from switchboard.db.models.channels import ChannelSession, Message
+from switchboard.db.tenancy import TENANT_SETTING
+
+# ``lookup_channel_session`` (SECURITY DEFINER, works before the org is known) and
+# ``set_tenant`` in one round trip: ``set_config`` runs for the routed row only, so an
+# unknown session leaves the transaction without a tenant (and every tenant table empty).
+_ROUTE_AND_SET_TENANT = text(
+    f"""
+SELECT r.channel_session_id, r.org_id, r.status, set_config('{TENANT_SETTING}', r.org_id::text, true) AS tenant
+FROM lookup_channel_session(:provider, :external_session) AS r
+"""
+)
+
+
+def route_and_set_tenant(session: Session, provider: str, external_session: str) -> ChannelSessionRoute | None:
+    """Which org and channel session a webhook belongs to; the transaction is then scoped to that org."""
+    row = session.execute(
+        _ROUTE_AND_SET_TENANT, {"provider": provider, "external_session": external_session}
+    ).one_or_none()
+    if row is None:
+        return None
+    return ChannelSessionRoute(row.channel_session_id, row.org_id, row.status)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSecret:
+    """The sealed webhook secret of one session (what verification needs, nothing else)."""
+
+    ciphertext: bytes | None
+    iv: bytes | None
+    tag: bytes | None
+    key_id: str | None
+
+
+def session_secret(session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID) -> SessionSecret | None:
+    row = session.execute(
+        select(
+            ChannelSession.webhook_secret_ciphertext,
+            ChannelSession.webhook_secret_iv,
+            ChannelSession.webhook_secret_tag,
+            ChannelSession.webhook_secret_key_id,
+        ).where(ChannelSession.org_id == org_id, ChannelSession.id == channel_session_id)
+    ).one_or_none()
+    return None if row is None else SessionSecret(*row)
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """What the ingest statement did: the conversation (locked) and whether the message is new."""
+
+    conversation_id: uuid.UUID
+    conversation_status: str
+    contact_id: uuid.UUID | None
+    stored: bool
+
+
+# One statement, one round trip: find or create the contact, create or touch (and lock)
+# the conversation, insert the message unless (channel_session_id, external_id) exists.
+# - Contact: the common case is a returning customer (found by SELECT). A first contact is
+#   inserted; if a concurrent delivery inserted it first, ON CONFLICT DO UPDATE (a no-op)
+#   still returns its id. Group chats have no contact (:contact_chat is NULL).
+# - Conversation: ON CONFLICT DO UPDATE takes the row lock a SELECT ... FOR UPDATE would,
+#   and holds it until commit (a new row is locked by its own insert). The message insert
+#   reads from this CTE, so it runs after the lock is held: deliveries of one conversation
+#   serialize here, and their outbox rows follow commit order per conversation (Kafka key).
+#   A customer writing again reopens a closed conversation (:reopen); a handoff stays.
+# - Message: ON CONFLICT DO NOTHING; ``stored`` is false for a repeated delivery.
+_INGEST = text(
+    """
+WITH contact_found AS (
+    SELECT c.id FROM contacts AS c WHERE c.org_id = :org_id AND c.external_id = :contact_chat
+), contact_new AS (
+    INSERT INTO contacts (org_id, external_id, phone_number)
+    SELECT :org_id, :contact_chat, :phone_number
+    WHERE :contact_chat IS NOT NULL AND NOT EXISTS (SELECT 1 FROM contact_found)
+    ON CONFLICT (org_id, external_id) DO UPDATE SET updated_at = contacts.updated_at
+    RETURNING id
+), contact AS (
+    SELECT id FROM contact_found UNION ALL SELECT id FROM contact_new
+), conversation AS (
+    INSERT INTO conversations AS cv (org_id, channel_session_id, chat_id, contact_id, is_group, status, last_message_at)
+    VALUES (:org_id, :channel_session_id, :chat_id, (SELECT id FROM contact LIMIT 1), :is_group, 'open', :occurred_at)
+    ON CONFLICT (channel_session_id, chat_id) DO UPDATE SET
+        last_message_at = greatest(cv.last_message_at, excluded.last_message_at),
+        contact_id = coalesce(cv.contact_id, excluded.contact_id),
+        status = CASE WHEN :reopen AND cv.status = 'closed' THEN 'open' ELSE cv.status END,
+        updated_at = now()
+    RETURNING cv.id, cv.status, cv.contact_id
+), message AS (
+    INSERT INTO messages (id, org_id, conversation_id, channel_session_id, direction, sender, external_id,
+                          body, content_type, from_me, delivery_status, occurred_at, attributes)
+    SELECT :message_id, :org_id, conversation.id, :channel_session_id, :direction, :sender, :external_id,
+           :body, :content_type, :from_me, :delivery_status, :occurred_at, CAST(:attributes AS jsonb)
+    FROM conversation
+    ON CONFLICT (channel_session_id, external_id) DO NOTHING
+    RETURNING id
+)
+SELECT conversation.id, conversation.status, conversation.contact_id,
+       EXISTS (SELECT 1 FROM message) AS stored
+FROM conversation
+"""
+).bindparams(
+    bindparam("org_id", type_=PG_UUID(as_uuid=True)),
+    bindparam("channel_session_id", type_=PG_UUID(as_uuid=True)),
+    bindparam("message_id", type_=PG_UUID(as_uuid=True)),
+    bindparam("contact_chat", type_=Text()),
+    bindparam("phone_number", type_=Text()),
+    bindparam("is_group", type_=Boolean()),
+    bindparam("reopen", type_=Boolean()),
+    bindparam("from_me", type_=Boolean()),
+    bindparam("occurred_at", type_=DateTime(timezone=True)),
+)
+
+
+def ingest(
+    session: Session,
+    *,
+    org_id: uuid.UUID,
+    channel_session_id: uuid.UUID,
+    message_id: uuid.UUID,
+    chat_id: str,
+    is_group: bool,
+    phone_number: str | None,
+    reopen: bool,
+    direction: str,
+    sender: str,
+    external_id: str,
+    body: str,
+    content_type: str,
+    from_me: bool,
+    delivery_status: str,
+    occurred_at: datetime,
+    attributes: dict[str, Any],
+) -> Ingested:
+    """Contact, conversation (locked until commit) and message in one round trip; see ``_INGEST``."""
+    row = session.execute(
+        _INGEST,
+        {
+            "org_id": org_id,
+            "channel_session_id": channel_session_id,
+            "message_id": message_id,
+            "chat_id": chat_id,
+            "contact_chat": None if is_group else chat_id,
+            "phone_number": phone_number,
+            "is_group": is_group,
+            "reopen": reopen,
+            "direction": direction,
+            "sender": sender,
+            "external_id": external_id,
+            "body": body,
+            "content_type": content_type,
+            "from_me": from_me,
+            "delivery_status": delivery_status,
+            "occurred_at": occurred_at,
+            "attributes": json.dumps(attributes),
+        },
+    ).one()
+    return Ingested(
+        conversation_id=row.id, conversation_status=row.status, contact_id=row.contact_id, stored=bool(row.stored)
+    )
+
+
+def message_id_by_external(
+    session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID, external_id: str
+) -> uuid.UUID | None:
+    return session.scalars(
+        select(Message.id).where(
+            Message.org_id == org_id,
+            Message.channel_session_id == channel_session_id,
+            Message.external_id == external_id,
+        )
+    ).one_or_none()
+
+
+def set_session_status(session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID, status: str) -> None:
+    session.execute(
+        update(ChannelSession)
+        .where(ChannelSession.org_id == org_id, ChannelSession.id == channel_session_id)
+        .values(status=status)
+    )

@@ -1,0 +1,66 @@
+"""WAHA webhook bodies and the webhook's answer.
+
+The envelope is checked first and loosely (it names the session, which decides
+the secret); the ``payload`` is validated by event type only after the
+signature is verified, so an unauthenticated caller learns nothing beyond
+"this is not a WAHA event".
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Events whose payload is a message; ``message.any`` also carries the business's own messages.
+MESSAGE_EVENTS = frozenset({"message", "message.any"})
+SESSION_STATUS_EVENT = "session.status"
+
+
+class WahaEvent(BaseModel):
+    """The envelope of every WAHA webhook delivery (unknown extra fields are kept and ignored)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = Field(default=None, max_length=200, description="WAHA's id of this delivery")
+    timestamp: float | None = Field(default=None, description="When WAHA emitted the event (ms since epoch)")
+    event: str = Field(min_length=1, max_length=100, description="`message`, `message.any`, `session.status`, ...")
+    session: str = Field(min_length=1, max_length=100, description="The WAHA session name (routes to the org)")
+    payload: dict[str, Any] = Field(description="Event-specific; for messages see `WahaMessage`")
+
+
+class WahaMessage(BaseModel):
+    """``payload`` of a ``message`` / ``message.any`` event."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    id: str = Field(min_length=1, max_length=256, description="The channel's message id: the idempotency key")
+    timestamp: float | None = Field(default=None, ge=0, description="Seconds since epoch (ms accepted)")
+    from_: str = Field(alias="from", min_length=1, max_length=200, description="Chat id the message came from")
+    from_me: bool = Field(default=False, alias="fromMe", description="Sent by the business's own number")
+    to: str | None = Field(default=None, max_length=200)
+    body: str | None = Field(default=None, max_length=65536)
+    participant: str | None = Field(default=None, max_length=200, description="Sender inside a group chat")
+    has_media: bool = Field(default=False, alias="hasMedia")
+    media: dict[str, Any] | None = None
+
+
+class WahaSessionStatus(BaseModel):
+    """``payload`` of a ``session.status`` event."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: str = Field(min_length=1, max_length=50)
+
+
+class WebhookResult(BaseModel):
+    """What ingest did: ``reason`` says why nothing was dispatched (null when dispatched)."""
+
+    message_id: uuid.UUID | None = Field(description="The stored message (the existing one for a duplicate)")
+    dispatched: bool = Field(description="A `dispatch_requested` record was written to the outbox")
+    duplicate: bool = Field(description="This message was already ingested; nothing was stored or dispatched")
+    reason: str | None = Field(
+        default=None,
+        description="`duplicate`, `group`, `from_me`, `human_handoff`, `broadcast`, `session_status`, `event_ignored`",
+    )

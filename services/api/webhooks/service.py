@@ -1,0 +1,276 @@
+"""WAHA webhook rules: who sent it (route + signature), then idempotent ingest and dispatch.
+
+Order of checks, and why:
+
+1. the envelope parses (else 422): it names the session, which decides the secret;
+2. the session exists and the body's HMAC-SHA512 matches its secret (else 401,
+   the same answer for an unknown session and a bad signature);
+3. only then the event-specific payload is validated (422) and acted upon.
+
+Ingest is idempotent on (channel session, ``payload.id``): the message insert is
+``ON CONFLICT DO NOTHING``, and only the delivery that actually inserted the row
+writes the ``dispatch_requested`` outbox record, in the same transaction. A
+repeated delivery answers ``duplicate: true`` with the stored message's id.
+
+Functions take a sync ``Session`` whose transaction the caller owns and never commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from services.api.channels.service import open_sealed
+from services.api.core.errors import Unauthorized, ValidationFailed
+from services.api.webhooks import repository
+from services.api.webhooks.schemas import (
+    MESSAGE_EVENTS,
+    SESSION_STATUS_EVENT,
+    WahaEvent,
+    WahaMessage,
+    WahaSessionStatus,
+    WebhookResult,
+)
+from switchboard.contracts import DispatchRequested, InboundMessage, Serde, Topics, WakeContext, WakeReason
+from switchboard.crypto import KeyRing
+from switchboard.db.enums import (
+    ChannelProvider,
+    ChannelSessionStatus,
+    ConversationStatus,
+    MessageContentType,
+    MessageDeliveryStatus,
+    MessageDirection,
+    MessageSender,
+)
+from switchboard.db.lookups import ChannelSessionRoute
+from switchboard.db.outbox import enqueue_record
+from switchboard.observability.logging import get_logger
+
+log = get_logger(__name__)
+
+SIGNATURE_ALGORITHM = "sha512"
+BAD_SIGNATURE = "The webhook signature is missing or does not match"
+# Stable event ids: the dispatch of message M is always the same event, whoever writes it.
+DISPATCH_EVENT_NAMESPACE = uuid.UUID("6f1c3f52-0d55-4f3e-9a52-1f0c2f8d7a10")
+
+_PHONE_CHAT = re.compile(r"^([1-9][0-9]{6,14})@(?:c\.us|s\.whatsapp\.net)$")
+# Status updates and channels: not conversations anyone answers.
+_BROADCAST_SUFFIXES = ("@broadcast", "@newsletter")
+_WAHA_STATUSES = {
+    "STARTING": ChannelSessionStatus.STARTING,
+    "SCAN_QR_CODE": ChannelSessionStatus.SCAN_QR,
+    "WORKING": ChannelSessionStatus.WORKING,
+    "STOPPED": ChannelSessionStatus.STOPPED,
+    "FAILED": ChannelSessionStatus.FAILED,
+}
+# A secret no session has: unknown sessions still pay for one HMAC, so timing says little.
+_DECOY_SECRET = b"switchboard-decoy-webhook-secret"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One webhook request as received."""
+
+    raw: bytes
+    event: WahaEvent
+    signature: str | None
+    algorithm: str | None
+    request_id: str | None
+
+
+def signature_matches(secret: bytes, body: bytes, signature: str | None, algorithm: str | None) -> bool:
+    """Constant-time check of WAHA's ``X-Webhook-Hmac`` (hex HMAC-SHA512 of the raw body)."""
+    expected = hmac.new(secret, body, hashlib.sha512).hexdigest().encode()
+    if algorithm is not None and algorithm.strip().lower() != SIGNATURE_ALGORITHM:
+        return False
+    if not signature:
+        return False
+    return hmac.compare_digest(expected, signature.strip().lower().encode())
+
+
+def sign(secret: str | bytes, body: bytes) -> str:
+    """What WAHA sends in ``X-Webhook-Hmac`` (tests, the benchmark and docs use it)."""
+    key = secret.encode() if isinstance(secret, str) else secret
+    return hmac.new(key, body, hashlib.sha512).hexdigest()
+
+
+def _authenticate(session: Session, keyring: KeyRing, delivery: Delivery) -> ChannelSessionRoute:
+    """The route of a correctly signed delivery, with the tenant set; else 401."""
+    route = repository.route_and_set_tenant(session, ChannelProvider.WAHA.value, delivery.event.session)
+    if route is None:
+        signature_matches(_DECOY_SECRET, delivery.raw, delivery.signature, delivery.algorithm)
+        raise Unauthorized(BAD_SIGNATURE)
+    stored = repository.session_secret(session, route.org_id, route.channel_session_id)
+    secret = None
+    if stored is not None:
+        secret = open_sealed(
+            keyring,
+            "webhook_secret",
+            org_id=route.org_id,
+            session_id=route.channel_session_id,
+            ciphertext=stored.ciphertext,
+            iv=stored.iv,
+            tag=stored.tag,
+            key_id=stored.key_id,
+        )
+    if secret is None or not signature_matches(secret, delivery.raw, delivery.signature, delivery.algorithm):
+        raise Unauthorized(BAD_SIGNATURE)
+    return route
+
+
+def handle_delivery(session: Session, *, keyring: KeyRing, serde: Serde, delivery: Delivery) -> WebhookResult:
+    """Authenticate one delivery and act on its event."""
+    route = _authenticate(session, keyring, delivery)
+    event = delivery.event
+    if event.event in MESSAGE_EVENTS:
+        return ingest_message(session, route=route, event=event, serde=serde, request_id=delivery.request_id)
+    if event.event == SESSION_STATUS_EVENT:
+        return record_session_status(session, route=route, event=event)
+    return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="event_ignored")
+
+
+def _invalid(what: str, exc: ValidationError) -> ValidationFailed:
+    problems = [
+        {"loc": ["payload", *(str(p) for p in err.get("loc", ()))], "msg": str(err.get("msg", "")), "type": err["type"]}
+        for err in exc.errors(include_url=False, include_input=False)
+    ]
+    return ValidationFailed(f"The {what} payload is invalid", details={"errors": problems})
+
+
+def record_session_status(session: Session, *, route: ChannelSessionRoute, event: WahaEvent) -> WebhookResult:
+    """Follow WAHA's session state: only ``working`` sessions can be bound when an agent is published."""
+    try:
+        payload = WahaSessionStatus.model_validate(event.payload)
+    except ValidationError as exc:
+        raise _invalid("session.status", exc) from exc
+    status = _WAHA_STATUSES.get(payload.status.upper())
+    if status is None:
+        return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="event_ignored")
+    repository.set_session_status(session, route.org_id, route.channel_session_id, status.value)
+    return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="session_status")
+
+
+def _occurred_at(timestamp: float | None) -> datetime:
+    """WAHA message timestamps are seconds; milliseconds are accepted; nonsense means now."""
+    if timestamp is not None:
+        seconds = timestamp / 1000 if timestamp > 10**11 else timestamp
+        try:
+            return datetime.fromtimestamp(seconds, UTC)
+        except (OverflowError, OSError, ValueError):
+            pass
+    return datetime.now(UTC)
+
+
+def _content_type(message: WahaMessage) -> MessageContentType:
+    if not message.has_media:
+        return MessageContentType.TEXT
+    mimetype = str((message.media or {}).get("mimetype") or "")
+    for prefix, kind in (
+        ("image/", MessageContentType.IMAGE),
+        ("audio/", MessageContentType.AUDIO),
+        ("video/", MessageContentType.VIDEO),
+        ("application/", MessageContentType.DOCUMENT),
+    ):
+        if mimetype.startswith(prefix):
+            return kind
+    return MessageContentType.OTHER
+
+
+def _phone_number(chat_id: str) -> str | None:
+    match = _PHONE_CHAT.match(chat_id)
+    return f"+{match.group(1)}" if match else None
+
+
+def ingest_message(
+    session: Session, *, route: ChannelSessionRoute, event: WahaEvent, serde: Serde, request_id: str | None
+) -> WebhookResult:
+    """Store the message once; dispatch it when a customer wrote it in a one-to-one chat an agent may answer."""
+    try:
+        message = WahaMessage.model_validate(event.payload)
+    except ValidationError as exc:
+        raise _invalid("message", exc) from exc
+    from_me = message.from_me
+    chat_id = message.to if from_me else message.from_
+    if not chat_id:
+        raise ValidationFailed(
+            "An own message (fromMe) needs `to`", details={"errors": [{"loc": ["payload", "to"], "msg": "required"}]}
+        )
+    if chat_id.endswith(_BROADCAST_SUFFIXES):
+        return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="broadcast")
+
+    org_id, channel_session_id = route.org_id, route.channel_session_id
+    is_group = chat_id.endswith("@g.us")
+    occurred_at = _occurred_at(message.timestamp)
+    message_id = uuid.uuid4()
+    attributes: dict[str, Any] = {"event": event.event}
+    if event.id:
+        attributes["delivery_id"] = event.id
+    if message.participant:
+        attributes["participant"] = message.participant
+    if message.has_media:
+        attributes["has_media"] = True
+    ingested = repository.ingest(
+        session,
+        org_id=org_id,
+        channel_session_id=channel_session_id,
+        message_id=message_id,
+        chat_id=chat_id,
+        is_group=is_group,
+        phone_number=None if is_group else _phone_number(chat_id),
+        # A customer writing again reopens a closed conversation; a handoff stays with the humans.
+        reopen=not from_me and not is_group,
+        direction=(MessageDirection.OUTBOUND if from_me else MessageDirection.INBOUND).value,
+        sender=(MessageSender.HUMAN if from_me else MessageSender.CONTACT).value,
+        external_id=message.id,
+        body=message.body or "",
+        content_type=_content_type(message).value,
+        from_me=from_me,
+        delivery_status=(MessageDeliveryStatus.SENT if from_me else MessageDeliveryStatus.RECEIVED).value,
+        occurred_at=occurred_at,
+        attributes=attributes,
+    )
+    if not ingested.stored:
+        existing = repository.message_id_by_external(session, org_id, channel_session_id, message.id)
+        return WebhookResult(message_id=existing, dispatched=False, duplicate=True, reason="duplicate")
+
+    reason = None
+    if from_me:
+        reason = "from_me"
+    elif is_group:
+        reason = "group"
+    elif ingested.conversation_status != ConversationStatus.OPEN.value or ingested.contact_id is None:
+        reason = "human_handoff"
+    if reason is not None:
+        return WebhookResult(message_id=message_id, dispatched=False, duplicate=False, reason=reason)
+
+    assert ingested.contact_id is not None  # narrowed above
+    record = DispatchRequested(
+        event_id=uuid.uuid5(DISPATCH_EVENT_NAMESPACE, str(message_id)),
+        org_id=org_id,
+        request_id=request_id or None,
+        conversation_id=ingested.conversation_id,
+        contact_id=ingested.contact_id,
+        channel_session_id=channel_session_id,
+        wake_reason=WakeReason.USER_MESSAGE,
+        wake_context=WakeContext(message_id=message_id),
+        message=InboundMessage(
+            message_id=message_id,
+            external_id=message.id,
+            chat_id=chat_id,
+            text=message.body or "",
+            received_at=occurred_at,
+            from_me=False,
+            is_group=False,
+        ),
+        dry_run=False,
+    )
+    enqueue_record(session, Topics.DISPATCH_REQUESTED, record, serde=serde)
+    return WebhookResult(message_id=message_id, dispatched=True, duplicate=False)

@@ -1,0 +1,202 @@
+"""The faust app: one agent over the co-partitioned conversation topics, one table, one timer.
+
+- **Group and names.** The app id (also the consumer group and the prefix of the
+  changelog topic) is ``KAFKA_TOPIC_PREFIX + "switchboard-dispatcher"``, so each test's
+  prefix gets its own group and its own state.
+- **Source.** ``dispatch_requested``, ``run_started``, ``run_heartbeats``,
+  ``run_completed`` and ``dispatcher_ticks``, all keyed by conversation id with one
+  partition count: faust's assignor gives partition *p* of every one of them, and of the
+  changelog, to the same worker. Raw serializers: records are decoded by our ``Serde``
+  in the processor, so an undecodable record is dead-lettered instead of crashing the
+  agent (faust's own serializers would).
+- **Table.** ``conversations``: bytes -> bytes (JSON ``ConversationState``), in memory,
+  recovered from its compacted changelog (no standby replicas). Its partition count is
+  the conversation topics' count. The processor writes the local store and the
+  changelog itself through our idempotent producer and waits for the acknowledgments
+  before sending run requests (docs/dispatcher.md); faust's ``table[key] = value`` would
+  only buffer the changelog record, with no way to know it was written.
+- **Batches.** ``stream.take_events(DISPATCHER_BATCH_SIZE, within=DISPATCHER_BATCH_WAIT_MS)``;
+  faust acknowledges (and later commits) a batch's offsets only after the processor
+  returned. Exactly-once mode is off: duplicates are handled by idempotency.
+- **No faust web server**: the service's own health server answers probes and metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, Final
+
+import faust
+
+from services.dispatcher.processor import InEvent
+from services.dispatcher.settings import DispatcherSettings
+from switchboard.contracts import Topics, TopicSpec
+from switchboard.kafka.producer import RecordProducer
+from switchboard.observability.logging import get_logger
+from switchboard.settings import KafkaSettings
+
+log = get_logger(__name__)
+
+APP_NAME: Final = "switchboard-dispatcher"
+TABLE_NAME: Final = "conversations"
+SOURCE_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (
+    Topics.DISPATCH_REQUESTED,
+    Topics.RUN_STARTED,
+    Topics.RUN_HEARTBEATS,
+    Topics.RUN_COMPLETED,
+    Topics.DISPATCHER_TICKS,
+)
+
+BatchCallback = Callable[[Sequence[InEvent]], Awaitable[None]]
+
+
+def app_id(kafka: KafkaSettings) -> str:
+    """Consumer group and changelog prefix: per environment (and per test) through the topic prefix."""
+    return f"{kafka.topic_prefix}{APP_NAME}"
+
+
+def broker_url(bootstrap_servers: str) -> str:
+    """faust's broker URL for a Kafka bootstrap list (``h1:9092,h2:9092``)."""
+    return ";".join(f"kafka://{host.strip()}" for host in bootstrap_servers.split(",") if host.strip())
+
+
+class TableStore:
+    """The processor's ``StateStore`` on the faust table: local dict plus our changelog writes."""
+
+    def __init__(self, table: Any, producer: RecordProducer) -> None:
+        self._table = table
+        self._producer = producer
+
+    @property
+    def changelog_topic(self) -> str:
+        return str(self._table.changelog_topic.get_topic_name())
+
+    def get(self, key: bytes) -> bytes | None:
+        value = self._table.data.get(key)
+        return bytes(value) if value is not None else None
+
+    async def put(self, key: bytes, value: bytes | None) -> asyncio.Future[Any]:
+        if value is None:
+            self._table.data.pop(key, None)
+        else:
+            self._table.data[key] = value
+        return await self._producer.send_bytes_soon(self.changelog_topic, key=key, value=value)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return iter(list(self._table.data.items()))
+
+    def __len__(self) -> int:
+        return len(self._table.data)
+
+
+class DispatcherApp:
+    """The faust app with its agent, table and timer, started and stopped inside our loop."""
+
+    def __init__(
+        self,
+        settings: DispatcherSettings,
+        *,
+        on_batch: BatchCallback,
+        on_timer: Callable[[], Awaitable[None]],
+        on_rebalanced: Callable[[], None],
+    ) -> None:
+        kafka = settings.kafka
+        partitions = kafka.conversation_partitions
+        self._settings = settings
+        self._on_batch = on_batch
+        self._on_rebalanced = on_rebalanced
+        self._specs = {spec.physical_name(kafka): spec for spec in SOURCE_TOPICS}
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self.rebalances = 0
+        session_s = settings.session_timeout_s
+        self.app = faust.App(
+            app_id(kafka),
+            broker=broker_url(kafka.bootstrap_servers),
+            store="memory://",
+            autodiscover=False,
+            web_enabled=False,
+            key_serializer="raw",
+            value_serializer="raw",
+            topic_partitions=partitions,
+            topic_replication_factor=kafka.replication_factor,
+            topic_disable_leader=True,
+            table_standby_replicas=0,
+            consumer_auto_offset_reset="earliest",
+            broker_client_id=f"{kafka.client_id}-dispatcher",
+            broker_commit_interval=settings.commit_interval_s,
+            broker_session_timeout=session_s,
+            broker_heartbeat_interval=min(3.0, session_s / 3),
+            broker_max_poll_records=settings.batch_size,
+            stream_recovery_delay=0.0,
+            stream_buffer_maxsize=max(4096, settings.batch_size * 4),
+            producer_acks=-1,
+        )
+        self.source = self.app.topic(
+            *self._specs,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=partitions,
+        )
+        self.table = self.app.Table(
+            TABLE_NAME,
+            default=None,
+            partitions=partitions,
+            key_type=bytes,
+            value_type=bytes,
+            help="Conversation state: active run, waiting dispatches, idempotency memory.",
+        )
+        batch_size = settings.batch_size
+        within = settings.batch_wait_ms / 1000.0
+
+        async def dispatch(stream: Any) -> None:
+            async for events in stream.take_events(batch_size, within=within):
+                batch = [self._in_event(e) for e in events]
+                # Shielded: a shutdown that cancels the agent mid-batch still lets the
+                # batch finish (its offsets are acknowledged when this returns).
+                task = asyncio.ensure_future(self._on_batch(batch))
+                self._in_flight.add(task)
+                task.add_done_callback(self._in_flight.discard)
+                await asyncio.shield(task)
+
+        self.app.agent(self.source, name="dispatch", concurrency=1)(dispatch)
+
+        async def tick() -> None:
+            await on_timer()
+
+        self.app.timer(settings.tick_interval_s, name="dispatcher-ticks")(tick)
+
+        async def rebalanced(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+            self.rebalances += 1
+            self._on_rebalanced()
+
+        self.app.on_rebalance_complete.connect(rebalanced)
+
+    def _in_event(self, event: Any) -> InEvent:
+        message = event.message
+        headers = message.headers
+        pairs = tuple(headers.items()) if isinstance(headers, dict) else tuple(headers or ())
+        return InEvent(
+            topic=self._specs[message.topic],
+            key=message.key,
+            value=message.value,
+            partition=message.partition,
+            offset=message.offset,
+            timestamp_ms=int((message.timestamp or 0) * 1000),
+            headers=pairs,
+        )
+
+    @property
+    def ready(self) -> bool:
+        """Partitions assigned and the table recovered, and no rebalance under way."""
+        return self.rebalances > 0 and not self.app.rebalancing
+
+    async def start(self) -> None:
+        await self.app.start()
+
+    async def stop(self) -> None:
+        if self._in_flight:
+            await asyncio.wait(set(self._in_flight), timeout=30)
+        await self.app.stop()
+        if self._in_flight:
+            await asyncio.wait(set(self._in_flight), timeout=30)

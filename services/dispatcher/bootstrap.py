@@ -1,0 +1,225 @@
+"""The one place where the dispatcher's settings, clients and handlers are wired.
+
+``Dispatcher.run(stop)`` starts, in order: the producer, the published-agent feed, the
+budget watcher, the faust app (agent, table, timer) and the decision sink; it returns
+after ``stop`` is set and everything finished what it held. ``Dispatcher.ready()`` is the
+readiness probe: the published index caught up and the faust worker has its partitions
+(table recovered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+from aiokafka import ConsumerRecord
+
+from services.dispatcher.agents import AgentIndex
+from services.dispatcher.app import DispatcherApp, TableStore, app_id
+from services.dispatcher.metrics import NoMatchWatch
+from services.dispatcher.policy import PolicyConfig
+from services.dispatcher.postgres import BudgetWatcher, PostgresAdmission
+from services.dispatcher.processor import BatchProcessor, InEvent
+from services.dispatcher.published_feed import PublishedFeed
+from services.dispatcher.settings import DispatcherSettings
+from services.dispatcher.sink import DecisionSink
+from services.dispatcher.ticker import Ticker
+from switchboard.contracts import Serde, Topics, utc_now
+from switchboard.db.session import create_async_engine
+from switchboard.kafka.consumer import Failure, RecordConsumer
+from switchboard.kafka.dead_letter import DeadLetterPublisher
+from switchboard.kafka.producer import RecordProducer
+from switchboard.observability.logging import get_logger
+
+log = get_logger(__name__)
+
+SERVICE = "dispatcher"
+SINK_GROUP = "switchboard-dispatcher-decisions"
+# Exit code of a crash-only stop (EX_SOFTWARE): the orchestrator restarts the worker.
+FATAL_EXIT_CODE = 70
+
+
+class StreamDeadLetters:
+    """The processor's dead-letter port on the shared ``DeadLetterPublisher``."""
+
+    def __init__(self, publisher: DeadLetterPublisher, settings: DispatcherSettings) -> None:
+        self._publisher = publisher
+        self._kafka = settings.kafka
+
+    async def publish(self, event: InEvent, code: str, message: str) -> None:
+        record = ConsumerRecord(
+            topic=event.topic.physical_name(self._kafka),
+            partition=event.partition,
+            offset=event.offset,
+            timestamp=event.timestamp_ms,
+            timestamp_type=0,
+            key=event.key,
+            value=event.value,
+            checksum=None,
+            serialized_key_size=len(event.key or b""),
+            serialized_value_size=len(event.value or b""),
+            headers=list(event.headers),
+        )
+        await self._publisher.publish(record, Failure(code, message[:4000], attempts=1))
+
+
+class Dispatcher:
+    """Everything the dispatcher process runs, wired from its settings."""
+
+    def __init__(self, settings: DispatcherSettings) -> None:
+        self.settings = settings
+        kafka = settings.kafka
+        self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.serde = Serde.from_settings(kafka)
+        self.producer = RecordProducer(kafka, service=SERVICE, serde=self.serde, linger_ms=1)
+        self.engine = create_async_engine(
+            settings.database.url.get_secret_value(), pool_size=settings.database.pool_size
+        )
+        self.index = AgentIndex()
+        self.feed = PublishedFeed(kafka, self.serde, self.index)
+        self.budgets = BudgetWatcher(self.engine, refresh_s=settings.budget_refresh_s)
+        self.config = PolicyConfig(
+            lease_s=settings.lease_s,
+            max_attempts=settings.max_attempts,
+            reply_interval_s=settings.reply_interval_s,
+            state_ttl_s=settings.state_ttl_s,
+        )
+        self.ticker = Ticker(
+            emitter=self.producer,
+            worker_id=self.worker_id,
+            interval_s=settings.tick_interval_s,
+            state_ttl_s=settings.state_ttl_s,
+            clock=utc_now,
+        )
+        self.faust = DispatcherApp(
+            settings, on_batch=self._on_batch, on_timer=self._on_timer, on_rebalanced=self._on_rebalanced
+        )
+        self.store = TableStore(self.faust.table, self.producer)
+        dead_letters = DeadLetterPublisher(self.producer, service=SERVICE, consumer_group=app_id(kafka))
+        self.processor = BatchProcessor(
+            store=self.store,
+            emitter=self.producer,
+            admission=PostgresAdmission(
+                self.engine, window_s=settings.rate_window_s, default_limit=settings.default_rate_limit
+            ),
+            dead_letters=StreamDeadLetters(dead_letters, settings),
+            index=self.index,
+            budgets=self.budgets.current,
+            config=self.config,
+            serde=self.serde,
+            due=self.ticker,
+            no_match=NoMatchWatch(
+                window_s=settings.no_match_window_s,
+                threshold=settings.no_match_threshold,
+                min_dispatches=settings.no_match_min_dispatches,
+            ),
+            clock=utc_now,
+        )
+        self.sink: RecordConsumer | None = None
+        if settings.decision_sink_enabled:
+            group = f"{kafka.topic_prefix}{SINK_GROUP}"
+            self.sink = RecordConsumer(
+                service=f"{SERVICE}-sink",
+                kafka=kafka,
+                topics=[Topics.DISPATCH_DECISIONS],
+                group_id=group,
+                batch_handler=DecisionSink(self.engine).write,
+                dead_letters=DeadLetterPublisher(self.producer, service=f"{SERVICE}-sink", consumer_group=group),
+                max_batch=500,
+                serde=self.serde,
+            )
+        self._rebuild_due = False
+        self._stopping = asyncio.Event()
+
+    # --------------------------------------------------------------------------- callbacks
+
+    async def _on_batch(self, events: Sequence[InEvent]) -> None:
+        if not self.feed.caught_up.is_set():
+            # Never judge a message against a half-read index. Stopping meanwhile: exit
+            # without acknowledging the batch (nothing was done; it is replayed).
+            waiter = asyncio.ensure_future(self.feed.caught_up.wait())
+            stopping = asyncio.ensure_future(self._stopping.wait())
+            await asyncio.wait({waiter, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not self.feed.caught_up.is_set():
+                waiter.cancel()
+                log.warning("stopping before the published index caught up; batch left for replay")
+                _exit_now(0)
+        try:
+            await self.processor.process(events)
+        except Exception:
+            # Only the commit path can get here (handling errors are dead-lettered): the
+            # local state may be ahead of what the broker acknowledged. Crash, do not go
+            # on: returning or raising would let faust acknowledge the batch, a graceful
+            # stop would commit it; the restart recovers from the changelog and replays.
+            log.critical("batch commit failed; exiting so the batch is replayed", exc_info=True)
+            _exit_now(FATAL_EXIT_CODE)
+
+    async def _on_timer(self) -> None:
+        if not self.faust.ready:
+            return
+        if self._rebuild_due:
+            self._rebuild_due = False
+            held = self.ticker.rebuild(self.store.items())
+            log.info("conversation table recovered", extra={"conversations": held})
+        try:
+            await self.ticker.tick()
+        except Exception:
+            log.error("sending ticks failed; retrying at the next interval", exc_info=True)
+
+    def _on_rebalanced(self) -> None:
+        self._rebuild_due = True
+
+    # --------------------------------------------------------------------------- life cycle
+
+    async def ready(self) -> bool:
+        sink_ready = self.sink is None or await self.sink.ready()
+        return self.feed.caught_up.is_set() and self.faust.ready and sink_ready
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.producer.start()
+        background: list[asyncio.Task[None]] = []
+        try:
+            background.append(_task(self.feed.run(stop), "published-feed"))
+            background.append(_task(self.budgets.run(stop), "budget-watcher"))
+            if self.sink is not None:
+                background.append(_task(self.sink.run(stop), "decision-sink"))
+            await self.faust.start()
+            log.info(
+                "dispatcher started",
+                extra={"app_id": app_id(self.settings.kafka), "worker_id": self.worker_id},
+            )
+            await stop.wait()
+        finally:
+            log.info("dispatcher stopping")
+            self._stopping.set()
+            with contextlib.suppress(Exception):
+                await self.faust.stop()
+            stop.set()
+            if background:
+                await asyncio.wait(background, timeout=30)
+            await self.producer.stop()
+            await self.engine.dispose()
+
+
+def _exit_now(code: int) -> None:
+    """Leave at once: no graceful stop, so faust commits nothing more (crash-only)."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(code)
+
+
+def _task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    task = asyncio.create_task(coro, name=name)
+
+    def _done(t: asyncio.Task[None]) -> None:
+        if not t.cancelled() and t.exception() is not None:
+            log.error("background task failed", extra={"task": name}, exc_info=t.exception())
+
+    task.add_done_callback(_done)
+    return task

@@ -1,0 +1,92 @@
+"""The dispatcher's Prometheus metrics and the no-match watch [004 §8.1, §8.2]."""
+
+from __future__ import annotations
+
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from switchboard.contracts import DispatchOutcome
+from switchboard.observability.logging import get_logger
+
+log = get_logger(__name__)
+
+DECISIONS = Counter(
+    "switchboard_dispatch_decisions_total", "Dispatcher decisions, by org and outcome", ["org", "outcome"]
+)
+NO_MATCH_RATE = Gauge(
+    "switchboard_dispatch_no_match_rate",
+    "Share of an org's dispatch requests that matched no agent over the watch window",
+    ["org"],
+)
+NO_MATCH_ALERT = Gauge(
+    "switchboard_dispatch_no_match_alert", "1 while an org's no-match rate is above the threshold", ["org"]
+)
+BATCH_EVENTS = Histogram(
+    "switchboard_dispatcher_batch_events",
+    "Events per processed batch",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000),
+)
+BATCH_SECONDS = Histogram(
+    "switchboard_dispatcher_batch_seconds",
+    "Time to process one batch, by phase",
+    ["phase"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+CONVERSATIONS = Gauge("switchboard_dispatcher_conversations", "Conversations held by this worker, by state", ["state"])
+PUBLISHED_AGENTS = Gauge("switchboard_dispatcher_published_agents", "Agents in the published index")
+BUDGET_VIEW_AGE = Gauge(
+    "switchboard_dispatcher_budget_view_age_seconds", "Age of the set of orgs over budget (its staleness)"
+)
+ADMISSION_FAILURES = Counter(
+    "switchboard_dispatcher_admission_failures_total",
+    "Rate-limit admissions that failed (database unreachable): dispatches deferred",
+)
+TICKS_SENT = Counter("switchboard_dispatcher_ticks_sent_total", "Timer ticks sent to conversations")
+
+
+@dataclass
+class NoMatchWatch:
+    """Per org, the share of dispatch requests that matched no agent over a sliding window.
+
+    Above ``threshold`` (with at least ``min_dispatches`` in the window) a warning is
+    logged once per window and the alert gauge is raised; it drops when the rate recovers.
+    """
+
+    window_s: float = 300.0
+    threshold: float = 0.30
+    min_dispatches: int = 10
+    _seen: dict[uuid.UUID, deque[tuple[datetime, bool]]] = field(default_factory=dict)
+    _warned_at: dict[uuid.UUID, datetime] = field(default_factory=dict)
+
+    def record(self, org_id: uuid.UUID, outcome: DispatchOutcome, now: datetime) -> float:
+        window = self._seen.setdefault(org_id, deque())
+        window.append((now, outcome is DispatchOutcome.NO_MATCH))
+        horizon = now - timedelta(seconds=self.window_s)
+        while window and window[0][0] < horizon:
+            window.popleft()
+        total = len(window)
+        misses = sum(1 for _, miss in window if miss)
+        rate = misses / total if total else 0.0
+        label = str(org_id)
+        NO_MATCH_RATE.labels(label).set(rate)
+        alerting = total >= self.min_dispatches and rate > self.threshold
+        NO_MATCH_ALERT.labels(label).set(1 if alerting else 0)
+        if alerting:
+            last = self._warned_at.get(org_id)
+            if last is None or now - last >= timedelta(seconds=self.window_s):
+                self._warned_at[org_id] = now
+                log.warning(
+                    "no_match rate above threshold",
+                    extra={
+                        "organization_id": label,
+                        "no_match_rate": round(rate, 3),
+                        "threshold": self.threshold,
+                        "dispatches_in_window": total,
+                        "window_s": self.window_s,
+                    },
+                )
+        return rate

@@ -1,0 +1,105 @@
+"""What the dispatcher asks PostgreSQL: who is over budget, how many runs an org may start.
+
+Neither question is asked per message. The budget view is refreshed in the background
+every ``DISPATCHER_BUDGET_REFRESH_S``; the rate-limit admission is one transaction per
+batch, one call per org in it (``switchboard.db.lookups``: SECURITY DEFINER functions of
+revision 0008, the only way the application role reaches across orgs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
+
+from services.dispatcher import metrics
+from services.dispatcher.limits import BudgetView, Grant
+from switchboard.db import lookups
+from switchboard.db.usage import month_start
+from switchboard.observability.logging import get_logger
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+log = get_logger(__name__)
+
+_DEADLOCK = "40P01"
+_SERIALIZATION = "40001"
+
+
+class PostgresAdmission:
+    """``AdmissionClient`` on ``admit_org_runs``: the per-org limit holds across all workers.
+
+    Orgs are admitted in id order inside one transaction, so two workers that both want
+    runs for the same orgs lock the counter rows in the same order and never deadlock;
+    a deadlock or serialization failure anyway is retried.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, window_s: int, default_limit: int) -> None:
+        self._engine = engine
+        self._window_s = window_s
+        self._default_limit = default_limit
+
+    async def admit(self, demand: Mapping[uuid.UUID, int]) -> Mapping[uuid.UUID, Grant]:
+        for attempt in range(1, 4):
+            try:
+                return await self._admit_once(demand)
+            except DBAPIError as exc:
+                code = getattr(exc.orig, "sqlstate", None)
+                if code not in (_DEADLOCK, _SERIALIZATION) or attempt == 3:
+                    raise
+                await asyncio.sleep(0.01 * attempt)
+        raise AssertionError("unreachable")
+
+    async def _admit_once(self, demand: Mapping[uuid.UUID, int]) -> Mapping[uuid.UUID, Grant]:
+        grants: dict[uuid.UUID, Grant] = {}
+        async with self._engine.begin() as conn:
+            for org_id in sorted(demand):
+                admission = await conn.run_sync(self._admit_sync, org_id, demand[org_id])
+                grants[org_id] = Grant(admission.admitted, admission.window_ends_at)
+        return grants
+
+    def _admit_sync(self, conn: Connection, org_id: uuid.UUID, wanted: int) -> lookups.RunAdmission:
+        return lookups.admit_org_runs(
+            conn, org_id, wanted, window_seconds=self._window_s, default_limit=self._default_limit
+        )
+
+
+class BudgetWatcher:
+    """Keeps the set of orgs over their monthly budget fresh; the last good view survives errors."""
+
+    def __init__(self, engine: AsyncEngine, *, refresh_s: float) -> None:
+        self._engine = engine
+        self._refresh_s = refresh_s
+        self.view = BudgetView()
+
+    def current(self) -> BudgetView:
+        if self.view.read_at is not None:
+            metrics.BUDGET_VIEW_AGE.set((datetime.now(UTC) - self.view.read_at).total_seconds())
+        return self.view
+
+    async def refresh(self) -> None:
+        now = datetime.now(UTC)
+        async with self._engine.connect() as conn:
+            rows = await conn.run_sync(lambda sync: lookups.list_orgs_over_budget(sync, month_start(now)))
+            await conn.rollback()
+        previous = set(self.view.over)
+        self.view = BudgetView({r.org_id: r.exceeded for r in rows}, now)
+        added = set(self.view.over) - previous
+        if added:
+            log.warning("organizations over their monthly budget", extra={"organization_ids": sorted(map(str, added))})
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.refresh()
+            except Exception:
+                log.warning("budget refresh failed; keeping the last view", exc_info=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self._refresh_s)

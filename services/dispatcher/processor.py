@@ -1,0 +1,296 @@
+"""One batch of conversation events in, state changes and records out, in a safe order.
+
+The faust agent hands each batch (``stream.take_events``) to :meth:`BatchProcessor.process`:
+
+1. decode every record with its contract; an undecodable record, or one whose key is not
+   its conversation id, is dead-lettered and skipped;
+2. fold the events of each conversation into its state, in order (``policy.apply``),
+   first admitting every run start (``Admission.unlimited``) to learn what each org wants;
+3. ask PostgreSQL once per org for that many run starts (``admit_org_runs``); for the
+   orgs granted less, fold their conversations again with exactly what was granted;
+4. write the new states (the changelog) and the decision records, and wait until the
+   broker acknowledged both;
+5. only then send run requests, steering and lost-run completions.
+
+A crash before 4 completes emits nothing the replay will not recompute (decision ids are
+derived, so the sink stores them once); a crash between 4 and 5 leaves a dispatched run
+whose request never left, which its lease recovers as attempt + 1; a crash after 5 replays
+events that are already in the state, which change nothing. So no message ever gets a
+second ``run_requested``. An event whose handling raises is dead-lettered and the rest of
+its conversation's events are applied without it.
+
+No faust import: the store, the producer, the admission and the dead letters are ports,
+so the whole path is tested with fakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from services.dispatcher import metrics, recovery
+from services.dispatcher.agents import AgentIndex
+from services.dispatcher.limits import Admission, BudgetView, Grant
+from services.dispatcher.metrics import NoMatchWatch
+from services.dispatcher.policy import Context, PolicyConfig, apply, conversation_of
+from services.dispatcher.state import ConversationState, Transition
+from switchboard.contracts import (
+    ContractError,
+    DispatchDecided,
+    Record,
+    Serde,
+    Topics,
+    TopicSpec,
+)
+from switchboard.observability.logging import get_logger
+from switchboard.observability.metrics import RECORDS_CONSUMED, RECORDS_DEAD_LETTERED
+
+log = get_logger(__name__)
+
+SERVICE = "dispatcher"
+
+
+@dataclass(frozen=True, slots=True)
+class InEvent:
+    """A raw record as the stream delivered it."""
+
+    topic: TopicSpec[Any]
+    key: bytes | None
+    value: bytes | None
+    partition: int
+    offset: int
+    timestamp_ms: int = 0
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+class StateStore(Protocol):
+    """The conversation table: local reads, writes that also go to the changelog."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    async def put(self, key: bytes, value: bytes | None) -> Awaitable[Any]: ...
+
+
+class Emitter(Protocol):
+    async def send_soon(self, topic: TopicSpec[Any], record: Any) -> Awaitable[Any]: ...
+
+
+class AdmissionClient(Protocol):
+    async def admit(self, demand: Mapping[uuid.UUID, int]) -> Mapping[uuid.UUID, Grant]: ...
+
+
+class DeadLetters(Protocol):
+    async def publish(self, event: InEvent, code: str, message: str) -> None: ...
+
+
+class DueIndex(Protocol):
+    def update(self, key: bytes, org_id: uuid.UUID, due: datetime | None) -> None: ...
+
+
+@dataclass
+class _Group:
+    """The events of one conversation in this batch."""
+
+    key: bytes
+    org_id: uuid.UUID
+    events: list[tuple[InEvent, Record]]
+    before: bytes | None
+    transition: Transition | None = None
+    failed: frozenset[int] = frozenset()
+
+
+class BatchProcessor:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: StateStore,
+        emitter: Emitter,
+        admission: AdmissionClient,
+        dead_letters: DeadLetters,
+        index: AgentIndex,
+        budgets: Callable[[], BudgetView],
+        config: PolicyConfig,
+        serde: Serde,
+        due: DueIndex | None = None,
+        no_match: NoMatchWatch | None = None,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._store = store
+        self._emitter = emitter
+        self._admission = admission
+        self._dead_letters = dead_letters
+        self._index = index
+        self._budgets = budgets
+        self._config = config
+        self._serde = serde
+        self._due = due
+        self._no_match = no_match or NoMatchWatch()
+        self._clock = clock
+
+    async def process(self, events: Sequence[InEvent]) -> None:
+        started = time.perf_counter()
+        metrics.BATCH_EVENTS.observe(len(events))
+        groups = await self._decode(events)
+        if not groups:
+            return
+        now = self._clock()
+        budgets = self._budgets()
+        # Pass 1: admit every run start and learn what each org wants.
+        unlimited = Admission.unlimited()
+        for group in groups.values():
+            await self._fold(group, Context(now, self._index, budgets, unlimited, self._config))
+        decided = time.perf_counter()
+        if unlimited.demand:
+            grants = await self._grants(unlimited.demand, now)
+            short = {org for org, wanted in unlimited.demand.items() if grants[org].admitted < wanted}
+            if short:
+                # Pass 2, only for orgs granted less than they wanted: exactly what was granted.
+                limited = Admission.granted(grants, fallback_retry_at=now + timedelta(seconds=1))
+                for group in groups.values():
+                    if group.org_id in short:
+                        await self._fold(group, Context(now, self._index, budgets, limited, self._config))
+        admitted = time.perf_counter()
+        await self._commit(groups.values(), now)
+        metrics.BATCH_SECONDS.labels("decide").observe(decided - started)
+        metrics.BATCH_SECONDS.labels("admit").observe(admitted - decided)
+        metrics.BATCH_SECONDS.labels("total").observe(time.perf_counter() - started)
+
+    # --------------------------------------------------------------------------- decoding
+
+    async def _decode(self, events: Sequence[InEvent]) -> dict[bytes, _Group]:
+        groups: dict[bytes, _Group] = {}
+        for event in events:
+            try:
+                record = self._serde.decode(event.topic, event.value)
+            except ContractError as exc:
+                await self._dead_letter(event, str(exc.code), exc.message)
+                continue
+            try:
+                org_id, conversation_id = conversation_of(record)
+            except TypeError as exc:
+                await self._dead_letter(event, "unexpected_record", str(exc))
+                continue
+            key = str(conversation_id).encode()
+            if event.key != key:
+                # A record keyed otherwise sits on another conversation's partition: its
+                # state lives elsewhere, so handling it here would fork the conversation.
+                await self._dead_letter(event, "key_mismatch", "record key is not its conversation id")
+                continue
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = _Group(key=key, org_id=org_id, events=[], before=self._store.get(key))
+            elif group.org_id != org_id:
+                await self._dead_letter(event, "org_mismatch", "record names another org than its conversation")
+                continue
+            group.events.append((event, record))
+            RECORDS_CONSUMED.labels(SERVICE, event.topic.name, "handled").inc()
+        return groups
+
+    # --------------------------------------------------------------------------- folding
+
+    async def _fold(self, group: _Group, ctx: Context) -> None:
+        """Apply the group's events to its stored state; an event that raises is dead-lettered."""
+        failed = set(group.failed)
+        while True:
+            checkpoint = ctx.admission.checkpoint()
+            state = ConversationState.from_bytes(group.before) if group.before is not None else None
+            if state is not None and state.org_id != group.org_id:
+                for event, _ in group.events:
+                    await self._dead_letter(event, "org_mismatch", "record names another org than its conversation")
+                group.transition = Transition(state)
+                group.failed = frozenset(range(len(group.events)))
+                return
+            total = Transition(state)
+            current = -1
+            try:
+                for position, (_, record) in enumerate(group.events):
+                    if position in failed:
+                        continue
+                    current = position
+                    total.extend(apply(total.state, record, ctx))
+            except Exception as exc:
+                ctx.admission.rollback(checkpoint)
+                event = group.events[current][0]
+                log.error(
+                    "event handling failed, dead-lettering",
+                    extra={"topic": event.topic.name, "partition": event.partition, "offset": event.offset},
+                    exc_info=True,
+                )
+                failed.add(current)
+                if current not in group.failed:
+                    await self._dead_letter(event, "handler_failed", f"{type(exc).__name__}: {exc}")
+                group.failed = frozenset(failed)
+                continue
+            group.transition = total
+            return
+
+    async def _grants(self, demand: Mapping[uuid.UUID, int], now: datetime) -> Mapping[uuid.UUID, Grant]:
+        try:
+            return await self._admission.admit(demand)
+        except Exception:
+            # Never dispatch past an unknown limit, never drop: defer everything a second.
+            metrics.ADMISSION_FAILURES.inc()
+            log.error("rate-limit admission failed; deferring this batch's run starts", exc_info=True)
+            retry = now + timedelta(seconds=1)
+            return {org: Grant(0, retry) for org in demand}
+
+    # --------------------------------------------------------------------------- commit
+
+    async def _commit(self, groups: Iterable[_Group], now: datetime) -> None:
+        groups_list = list(groups)
+        first_wave: list[Awaitable[Any]] = []
+        outputs = []
+        decisions: list[DispatchDecided] = []
+        for group in groups_list:
+            transition = group.transition
+            if transition is None:
+                continue
+            new_state = transition.state
+            after = new_state.to_bytes() if new_state is not None else None
+            if after != group.before:
+                first_wave.append(await self._store.put(group.key, after))
+                if self._due is not None:
+                    self._due.update(
+                        group.key,
+                        group.org_id,
+                        recovery.next_due(new_state, self._config.state_ttl_s) if new_state is not None else None,
+                    )
+            decisions.extend(transition.decisions)
+            outputs.extend(transition.outputs)
+        for decision in decisions:
+            first_wave.append(await self._emitter.send_soon(Topics.DISPATCH_DECISIONS, decision))
+        flushed = time.perf_counter()
+        if first_wave:
+            await asyncio.gather(*first_wave)
+        metrics.BATCH_SECONDS.labels("state_ack").observe(time.perf_counter() - flushed)
+        sent = time.perf_counter()
+        second_wave = [await self._emitter.send_soon(out.topic, out.record) for out in outputs]
+        if second_wave:
+            await asyncio.gather(*second_wave)
+        metrics.BATCH_SECONDS.labels("outputs_ack").observe(time.perf_counter() - sent)
+        for decision in decisions:
+            metrics.DECISIONS.labels(str(decision.org_id), decision.outcome.value).inc()
+        for group in groups_list:
+            if group.transition is not None:
+                for outcome in group.transition.arrivals:
+                    self._no_match.record(group.org_id, outcome, now)
+        if decisions or outputs:
+            log.debug("batch committed", extra={"decisions": len(decisions), "outputs": len(outputs)})
+
+    async def _dead_letter(self, event: InEvent, code: str, message: str) -> None:
+        log.warning(
+            "dead-lettering record",
+            extra={"topic": event.topic.name, "partition": event.partition, "offset": event.offset, "error_code": code},
+        )
+        await self._dead_letters.publish(event, code, message)
+        RECORDS_DEAD_LETTERED.labels(SERVICE, event.topic.name, code).inc()
+
+
+__all__ = ["BatchProcessor", "InEvent"]

@@ -1,0 +1,189 @@
+"""Which agent answers a dispatch [004 §5.2 steps 1-3, §5.3]: pure functions.
+
+Candidates are the published, unarchived, unpaused agents of the dispatch's org bound
+to its channel session (``AgentIndex``), already in dispatch order (priority desc, then
+created_at asc). Each candidate's trigger config filters the dispatch:
+
+- event types: a user message is the ``message`` event (``message.any`` matches it
+  too); other wake reasons are their snake_case name (``follow_up``, ``assignment``...);
+- ``ignore_groups`` / ``ignore_own``: group chats and the business's own messages;
+- ``keyword_regex``: searched case-insensitively in the message text; patterns are
+  compiled once in a bounded LRU cache, and a pattern that does not compile (the API
+  refuses those at save time) rejects rather than crashes;
+- business hours: the message's reception time in the zone of the business hours
+  (the org's zone, copied into the trigger by the API); a window whose end is at or
+  before its start, or past 24:00, continues after midnight into the next day.
+
+The first candidate that passes wins; none → ``no_match``, with the reason of each
+rejection kept for the decision record. A dispatch that names a target agent skips
+the ranking and the trigger filters: someone chose that agent explicitly.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from services.dispatcher.agents import AgentIndex
+from switchboard.contracts import (
+    AgentVersionSnapshot,
+    BusinessHours,
+    ConcurrencyPolicy,
+    DispatchRequested,
+    TriggerConfig,
+    WakeReason,
+    Weekday,
+)
+
+MESSAGE_EVENT: Final = "message"
+ANY_MESSAGE_EVENT: Final = "message.any"
+# Longest text a keyword pattern is searched in: bounds the cost of a pathological pattern.
+KEYWORD_TEXT_LIMIT: Final = 8_192
+KEYWORD_CACHE_SIZE: Final = 1_024
+MINUTES_PER_DAY: Final = 24 * 60
+
+_WAKE_EVENTS: Final = {
+    WakeReason.USER_MESSAGE: MESSAGE_EVENT,
+    WakeReason.ASSIGNMENT: "assignment",
+    WakeReason.PIPELINE_STEP: "pipeline_step",
+    WakeReason.CHILD_COMPLETED: "child_completed",
+    WakeReason.FOLLOW_UP: "follow_up",
+    WakeReason.RECOVERY: "recovery",
+}
+_WEEKDAYS: Final = (
+    Weekday.MONDAY,
+    Weekday.TUESDAY,
+    Weekday.WEDNESDAY,
+    Weekday.THURSDAY,
+    Weekday.FRIDAY,
+    Weekday.SATURDAY,
+    Weekday.SUNDAY,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The agent version chosen for a dispatch, with what the state machine needs of it."""
+
+    agent_id: uuid.UUID
+    version_id: uuid.UUID
+    policy: ConcurrencyPolicy = ConcurrencyPolicy.ENQUEUE
+    provider: str = ""
+    model: str = ""
+
+    @classmethod
+    def of(cls, snapshot: AgentVersionSnapshot) -> Choice:
+        return cls(
+            snapshot.agent_id, snapshot.version_id, snapshot.concurrency_policy, snapshot.provider, snapshot.model
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The outcome of selection: the choice (or None) and why each candidate was or was not it."""
+
+    choice: Choice | None
+    considered: tuple[tuple[uuid.UUID, str], ...] = ()
+    reason: str | None = None
+
+
+def event_type(dispatch: DispatchRequested) -> str:
+    """The trigger event a dispatch is (what ``TriggerConfig.event_types`` lists)."""
+    return _WAKE_EVENTS[dispatch.wake_reason]
+
+
+@lru_cache(maxsize=KEYWORD_CACHE_SIZE)
+def compile_keyword(pattern: str) -> re.Pattern[str] | None:
+    """The case-insensitive compiled pattern, or None when it does not compile (cached both ways)."""
+    try:
+        return re.compile(pattern, re.IGNORECASE)
+    except re.error:
+        return None
+
+
+def _zone(name: str) -> ZoneInfo | None:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def in_business_hours(hours: BusinessHours, moment: datetime) -> bool:
+    """True when ``moment`` falls in one of the weekly windows, in the hours' own time zone."""
+    zone = _zone(hours.time_zone)
+    if zone is None:
+        return False
+    local = moment.astimezone(zone)
+    today = _WEEKDAYS[local.weekday()]
+    yesterday = _WEEKDAYS[(local.weekday() - 1) % 7]
+    minute = local.hour * 60 + local.minute
+    for window in hours.windows:
+        start, end = window.start_minute, window.end_minute
+        crosses = end <= start or end > MINUTES_PER_DAY
+        if window.weekday is today:
+            if start <= minute < (MINUTES_PER_DAY if crosses else end):
+                return True
+        elif window.weekday is yesterday and crosses:
+            spill = end - MINUTES_PER_DAY if end > MINUTES_PER_DAY else end
+            if minute < spill:
+                return True
+    return False
+
+
+def trigger_rejection(trigger: TriggerConfig, dispatch: DispatchRequested) -> str | None:
+    """Why ``trigger`` does not fire for ``dispatch``; None when it fires."""
+    kind = event_type(dispatch)
+    accepted = set(trigger.event_types)
+    if kind not in accepted and not (kind == MESSAGE_EVENT and ANY_MESSAGE_EVENT in accepted):
+        return f"event_type:{kind}"
+    message = dispatch.message
+    if message is not None:
+        if trigger.ignore_groups and message.is_group:
+            return "ignore_groups"
+        if trigger.ignore_own and message.from_me:
+            return "ignore_own"
+        if trigger.keyword_regex:
+            pattern = compile_keyword(trigger.keyword_regex)
+            if pattern is None:
+                return "keyword_regex_invalid"
+            if pattern.search(message.text[:KEYWORD_TEXT_LIMIT]) is None:
+                return "keyword_regex"
+    if trigger.business_hours is not None:
+        moment = message.received_at if message is not None else dispatch.occurred_at
+        if not in_business_hours(trigger.business_hours, moment):
+            return "business_hours"
+    return None
+
+
+def rank(candidates: Sequence[AgentVersionSnapshot], dispatch: DispatchRequested) -> Selection:
+    """The first candidate (already in dispatch order) whose trigger fires."""
+    considered: list[tuple[uuid.UUID, str]] = []
+    for snapshot in candidates:
+        rejection = trigger_rejection(snapshot.trigger, dispatch)
+        if rejection is None:
+            considered.append((snapshot.agent_id, "chosen"))
+            return Selection(Choice.of(snapshot), tuple(considered))
+        considered.append((snapshot.agent_id, rejection))
+    reason = "no published agent on this channel session" if not considered else "no trigger matched"
+    return Selection(None, tuple(considered), reason)
+
+
+def select(index: AgentIndex, dispatch: DispatchRequested) -> Selection:
+    """Choose the agent for ``dispatch`` from the published index."""
+    if dispatch.target_agent_id is not None:
+        snapshot = index.agent(dispatch.org_id, dispatch.target_agent_id)
+        if dispatch.target_version_id is not None:
+            # A named version (a dry-run test of a draft) needs no published snapshot.
+            if snapshot is not None and snapshot.version_id == dispatch.target_version_id:
+                return Selection(Choice.of(snapshot), ((snapshot.agent_id, "target"),))
+            return Selection(Choice(dispatch.target_agent_id, dispatch.target_version_id), ())
+        if snapshot is None:
+            return Selection(None, ((dispatch.target_agent_id, "not_published"),), "target agent is not published")
+        return Selection(Choice.of(snapshot), ((snapshot.agent_id, "target"),))
+    return rank(index.candidates(dispatch.org_id, dispatch.channel_session_id), dispatch)

@@ -1,0 +1,442 @@
+"""One run from ``run_requested`` to its terminal record: claim, handoff check, loop, finish.
+
+1. **claim** — insert the ``pending`` row (``RunStore.claim``); a redelivered run
+   id is skipped; a conversation still held by another live run is waited for;
+2. **running** — ``pending → running`` with ``run_started`` in the outbox;
+3. **keyword handoff** — the version's keywords on the inbound text, before any
+   model call [004 D4];
+4. **resolve** — provider adapter, catalog price, the key (decrypted now, held
+   by this run only), the tools granted, the prompt (context builders);
+5. **loop** — ``AgentLoop`` (trace appended as it goes, live events);
+6. **finish** — the terminal transaction (row, usage counters, credential
+   state, ``run_completed`` / ``handoff_triggered`` in the outbox), then the
+   ``done`` event.
+
+A run cancelled by the supervisor at shutdown is *handed back*: its row is
+closed as lost without ``run_completed``, so the dispatcher's lease recovers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from services.runner.budget import RunLimits
+from services.runner.context import ContextBuilder, compose, default_builders
+from services.runner.credentials import CredentialResolver, NoCredential
+from services.runner.events import RunEventPublisher, RunEvents
+from services.runner.handoff import match_handoff_keyword
+from services.runner.interceptors import FINISH_SPEC, FINISH_TOOL, ToolInterceptor, default_interceptors
+from services.runner.loop import AgentLoop, LoopConfig, RetryPolicy
+from services.runner.metrics import (
+    RUN_COST,
+    RUN_LATENCY,
+    RUN_TOKENS,
+    RUNS_FAILED,
+    RUNS_HANDOFF,
+    RUNS_TOTAL,
+    TOOL_CALLS,
+)
+from services.runner.outcome import (
+    HandoffRequest,
+    LoopOutcome,
+    OutcomeKind,
+    RunFailure,
+    classify,
+)
+from services.runner.providers import ProviderRegistry, UnknownProvider
+from services.runner.providers.base import ProviderAccess, ProviderError, ProviderErrorKind, TokenUsage
+from services.runner.settings import RunnerSettings
+from services.runner.steering import RunSteering
+from services.runner.store import ClaimState, Finish, RunStore
+from services.runner.subject import RunSubject
+from services.runner.tools import McpToolBox, NoTools, ToolBox, ToolCatalog, ToolServerUnavailable
+from switchboard.contracts import Action, RunRequested, SendTarget
+from switchboard.contracts.enums import ErrorFamily, HandoffTrigger, RunStatus, Urgency
+from switchboard.observability.logging import get_logger
+from switchboard.run_tokens import RunTokenClaims, mint_run_token
+from switchboard.tool_catalog import REQUEST_HUMAN_HANDOFF, TOOL_KINDS, ToolKind
+
+log = get_logger(__name__)
+
+
+@dataclass
+class RunHandle:
+    """A run held by this process, from acceptance to its terminal record."""
+
+    request: RunRequested
+    steering: RunSteering = field(default_factory=RunSteering)
+    task: asyncio.Task[None] | None = None
+    status: str = "accepted"
+    handing_back: bool = False
+    loop: AgentLoop | None = None
+    accepted_at: float = field(default_factory=time.monotonic)
+
+
+ToolBoxFactory = Callable[[RunSubject, tuple[str, ...]], ToolBox]
+
+
+@dataclass
+class RunnerDeps:
+    settings: RunnerSettings
+    store: RunStore
+    providers: ProviderRegistry
+    credentials: CredentialResolver
+    publisher: RunEventPublisher
+    tool_catalog: ToolCatalog
+    token_secret: bytes
+    toolbox_factory: ToolBoxFactory | None = None
+    builders: Callable[[RunStore], Sequence[ContextBuilder]] = field(
+        default=lambda store: default_builders(store.history)
+    )
+    interceptors: Callable[[dict[str, str]], Sequence[ToolInterceptor]] = field(default=default_interceptors)
+
+
+def _labels(request: RunRequested) -> dict[str, str]:
+    return {
+        "run_id": str(request.run_id),
+        "agent_id": str(request.agent_id),
+        "version_id": str(request.version_id),
+        "organization_id": str(request.org_id),
+    }
+
+
+class RunExecutor:
+    def __init__(self, deps: RunnerDeps) -> None:
+        self._deps = deps
+        self._settings = deps.settings
+
+    # ------------------------------------------------------------------ entry
+
+    async def execute(self, handle: RunHandle) -> None:
+        request = handle.request
+        labels = _labels(request)
+        subject = await self._claim(handle)
+        if subject is None:
+            return
+        started_at = datetime.now(UTC)
+        clock = time.monotonic()
+        version = subject.version
+        events = RunEvents(self._deps.publisher, request, model=version.model)
+        if not await self._deps.store.mark_running(
+            subject, provider=version.provider, model=version.model, started_at=started_at
+        ):
+            log.info("run no longer pending, skipped", extra=labels)
+            return
+        handle.status = "running"
+        events.debug("run_started", f"runner {self._settings.runner_id}, attempt {request.attempt}")
+        log.info("run started", extra={**labels, "provider": version.provider, "model": version.model})
+        access: ProviderAccess | None = None
+        try:
+            outcome, access = await self._outcome(handle, subject, events, labels)
+        except asyncio.CancelledError:
+            if not handle.handing_back:
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            await self._hand_back(handle, subject, started_at, clock)
+            return
+        except Exception as exc:  # a bug or the database: record it, never leak its text
+            log.error("run crashed", extra={**labels, "error": type(exc).__name__}, exc_info=True)
+            outcome = LoopOutcome(
+                OutcomeKind.FAILED,
+                failure=RunFailure("runner_error", f"internal error ({type(exc).__name__})", ErrorFamily.UNKNOWN),
+                summary="Failed: internal error in the runner.",
+            )
+        await self._finish(subject, outcome, events, started_at, clock, access, labels)
+
+    # ------------------------------------------------------------------ claim
+
+    async def _claim(self, handle: RunHandle) -> RunSubject | None:
+        request = handle.request
+        deadline = time.monotonic() + self._settings.claim_wait_s
+        delay = 0.2
+        while True:
+            claim = await self._deps.store.claim(request, stale_after_s=self._settings.stale_run_after_s)
+            if claim.state is ClaimState.CREATED:
+                handle.status = "pending"
+                return claim.subject
+            if claim.state is ClaimState.DUPLICATE:
+                log.info(
+                    "run already recorded, skipped (redelivery)",
+                    extra={**_labels(request), "status": claim.existing_status},
+                )
+                return None
+            if time.monotonic() >= deadline:
+                log.error(
+                    "conversation still busy, run not started; the dispatcher's lease will recover it",
+                    extra={**_labels(request), "busy_run_id": str(claim.busy_run_id)},
+                )
+                return None
+            await asyncio.sleep(delay)
+            delay = min(2.0, delay * 2)
+
+    # ------------------------------------------------------------------ the run
+
+    async def _outcome(
+        self, handle: RunHandle, subject: RunSubject, events: RunEvents, labels: dict[str, str]
+    ) -> tuple[LoopOutcome, ProviderAccess | None]:
+        version = subject.version
+        request = subject.request
+        match = match_handoff_keyword(subject.inbound_text, version.handoff_keywords)
+        if match is not None:
+            events.debug("handoff_keyword", f"matched {match.keyword!r} before any model call")
+            return (
+                LoopOutcome(
+                    OutcomeKind.HANDOFF,
+                    handoff=HandoffRequest(
+                        reason=f"the customer wrote the handoff keyword {match.keyword!r}",
+                        urgency=Urgency.NORMAL,
+                        trigger=HandoffTrigger.KEYWORD,
+                        matched_keyword=match.keyword,
+                    ),
+                    summary=f"Handed off by keyword {match.keyword!r}; no model was called.",
+                ),
+                None,
+            )
+        try:
+            provider = self._deps.providers.get(version.provider)
+        except UnknownProvider:
+            return self._failed("unknown_provider", f"no adapter for provider {version.provider!r}"), None
+        price = await self._deps.store.price(version.provider, version.model)
+        try:
+            access: ProviderAccess = await self._deps.store.with_tenant_session(
+                request.org_id,
+                lambda session: self._deps.credentials.resolve(
+                    session,
+                    org_id=request.org_id,
+                    provider=version.provider,
+                    version_credential_id=version.credential_id,
+                    requires_key=provider.requires_key,
+                ),
+            )
+        except NoCredential as exc:
+            return self._failed(exc.code, str(exc)), None
+        granted = version.granted_tools()
+        toolbox = self._toolbox(subject, granted)
+        try:
+            try:
+                specs = list(await toolbox.specs())
+            except ToolServerUnavailable:
+                return _tool_server_down(), access
+            if FINISH_TOOL in version.tool_ids:
+                specs.append(FINISH_SPEC)
+            draft = await compose(subject, specs, self._deps.builders(self._deps.store))
+            loop = AgentLoop(
+                config=LoopConfig(
+                    model=version.model,
+                    limits=RunLimits(
+                        max_steps=version.max_steps,
+                        token_budget=version.token_budget,
+                        cost_budget_micros=version.cost_budget_micros,
+                        max_output_tokens=self._settings.max_output_tokens,
+                        min_output_tokens=self._settings.min_output_tokens,
+                    ),
+                    price=price,
+                    call_timeout_s=self._settings.model_call_timeout_s,
+                    tool_timeout_s=self._settings.tool_call_timeout_s,
+                    silence_timeout_s=self._settings.silence_timeout_s,
+                    retry=RetryPolicy(
+                        max_attempts=self._settings.provider_max_attempts,
+                        initial_backoff_s=self._settings.provider_backoff_initial_s,
+                        max_backoff_s=self._settings.provider_backoff_max_s,
+                    ),
+                ),
+                provider=provider,
+                access=access,
+                tools=toolbox,
+                events=events,
+                trace=_Trace(self._deps.store, request, handle),
+                steering=handle.steering,
+                interceptors=self._deps.interceptors(labels),
+            )
+            handle.loop = loop
+            return await loop.run(draft), access
+        finally:
+            await toolbox.aclose()
+
+    def _toolbox(self, subject: RunSubject, granted: tuple[str, ...]) -> ToolBox:
+        if self._deps.toolbox_factory is not None:
+            return self._deps.toolbox_factory(subject, granted)
+        if not granted:
+            return NoTools()
+        request = subject.request
+        claims = RunTokenClaims(
+            org_id=request.org_id,
+            run_id=request.run_id,
+            agent_id=request.agent_id,
+            conversation_id=request.conversation_id,
+            contact_id=request.contact_id,
+            channel_session_id=request.channel_session_id,
+            tools=frozenset(granted),
+            dry_run=request.dry_run,
+            expires_at=int(time.time()) + self._settings.mcp_token_ttl_s,
+        )
+        return McpToolBox(
+            url=self._settings.mcp_url,
+            token=mint_run_token(self._deps.token_secret, claims),
+            granted=granted,
+            catalog=self._deps.tool_catalog,
+            timeout_s=self._settings.tool_call_timeout_s,
+        )
+
+    @staticmethod
+    def _failed(code: str, message: str) -> LoopOutcome:
+        return LoopOutcome(
+            OutcomeKind.FAILED, failure=RunFailure(code, message, ErrorFamily.UNKNOWN), summary=f"Failed: {message}."
+        )
+
+    # ------------------------------------------------------------------ endings
+
+    async def _finish(
+        self,
+        subject: RunSubject,
+        outcome: LoopOutcome,
+        events: RunEvents,
+        started_at: datetime,
+        clock: float,
+        access: ProviderAccess | None,
+        labels: dict[str, str],
+    ) -> None:
+        request = subject.request
+        version = subject.version
+        classification = classify(outcome)
+        completed_at = datetime.now(UTC)
+        latency_ms = int((time.monotonic() - clock) * 1000)
+        invalid = (
+            access.credential_id
+            if access is not None
+            and outcome.failure is not None
+            and outcome.failure.code == _AUTH_CODE
+            and access.credential_id is not None
+            else None
+        )
+        would_send_to = (
+            SendTarget(channel_session_id=subject.conversation.channel_session_id, chat_id=subject.conversation.chat_id)
+            if classification.status is RunStatus.COMPLETED and outcome.final_text and subject.conversation
+            else None
+        )
+        finish = Finish(
+            outcome=outcome,
+            classification=classification,
+            provider=version.provider,
+            model=version.model,
+            started_at=started_at,
+            completed_at=completed_at,
+            latency_ms=latency_ms,
+            would_send_to=would_send_to,
+            actions_executed=_actions(request, outcome, completed_at),
+            invalid_credential_id=invalid,
+        )
+        await self._deps.store.finish(subject, finish)
+        events.done(classification.status, outcome.summary)
+        self._observe(version.provider, outcome, classification.status, latency_ms)
+        log.info(
+            "run finished",
+            extra={
+                **labels,
+                "status": classification.status.value,
+                "vitality": classification.vitality.value,
+                "error_family": classification.error_family.value if classification.error_family else None,
+                "abort_reason": outcome.abort_reason,
+                "error_code": outcome.failure.code if outcome.failure else None,
+                "steps": outcome.steps,
+                "tokens_in": outcome.usage.all_input,
+                "tokens_out": outcome.usage.output_tokens,
+                "cost_micros": outcome.cost_micros,
+                "latency_ms": latency_ms,
+            },
+        )
+
+    async def _hand_back(self, handle: RunHandle, subject: RunSubject, started_at: datetime, clock: float) -> None:
+        entries: list[dict[str, object]] = []
+        outcome = LoopOutcome(OutcomeKind.HANDED_BACK, summary="Stopped: runner shutdown.")
+        if handle.loop is not None:
+            entries, outcome = handle.loop.abandon("runner shutdown")
+        finish = Finish(
+            outcome=outcome,
+            classification=classify(outcome),
+            provider=subject.version.provider,
+            model=subject.version.model,
+            started_at=started_at,
+            completed_at=datetime.now(UTC),
+            latency_ms=int((time.monotonic() - clock) * 1000),
+            would_send_to=None,
+            trace_tail=entries,
+        )
+        try:
+            await self._deps.store.hand_back(subject, finish)
+        except Exception as exc:
+            log.error("hand back not recorded", extra={**_labels(subject.request), "error": type(exc).__name__})
+        log.warning("run handed back at shutdown", extra=_labels(subject.request))
+
+    @staticmethod
+    def _observe(provider: str, outcome: LoopOutcome, status: RunStatus, latency_ms: int) -> None:
+        RUNS_TOTAL.labels(status.value, provider).inc()
+        if status is RunStatus.FAILED and outcome.failure is not None:
+            RUNS_FAILED.labels(outcome.failure.code).inc()
+        if status is RunStatus.HANDOFF and outcome.handoff is not None:
+            RUNS_HANDOFF.labels(outcome.handoff.trigger.value).inc()
+        RUN_LATENCY.observe(latency_ms / 1000)
+        usage: TokenUsage = outcome.usage
+        RUN_TOKENS.labels(provider, "in").inc(usage.all_input)
+        RUN_TOKENS.labels(provider, "out").inc(usage.output_tokens)
+        RUN_COST.labels(provider).inc(outcome.cost_micros)
+        TOOL_CALLS.observe(outcome.tool_calls)
+
+
+_AUTH_CODE = ProviderError(ProviderErrorKind.AUTH, provider="any").code
+
+
+def _tool_server_down() -> LoopOutcome:
+    failure = RunFailure(ToolServerUnavailable.code, "the tool server is unavailable", ErrorFamily.TOOL_FAILURE)
+    return LoopOutcome(
+        OutcomeKind.HANDOFF,
+        failure=failure,
+        handoff=HandoffRequest(
+            reason="The tool server is unavailable; a person should take over.",
+            urgency=Urgency.HIGH,
+            trigger=HandoffTrigger.TOOL,
+            failure=failure,
+        ),
+        summary="Handed off before any model call: the tool server is unavailable.",
+    )
+
+
+def _actions(request: RunRequested, outcome: LoopOutcome, at: datetime) -> tuple[Action, ...]:
+    """Write tools that ran successfully (never in a dry run, where nothing is executed)."""
+    if request.dry_run:
+        return ()
+    return tuple(
+        Action(
+            action_id=uuid.uuid5(request.run_id, call.call_id),
+            action_type=call.tool_name,
+            tool_name=call.tool_name,
+            area="crm",
+            summary=f"{call.tool_name} executed by the agent",
+            arguments_json=call.arguments_json,
+            executed_at=at,
+        )
+        for call in outcome.calls
+        if TOOL_KINDS.get(call.tool_name) is ToolKind.WRITE
+        and call.tool_name != REQUEST_HUMAN_HANDOFF
+        and not call.is_error
+    )
+
+
+class _Trace:
+    """The loop's :class:`~services.runner.loop.TraceSink`: appends to the run row, tracks steps."""
+
+    def __init__(self, store: RunStore, request: RunRequested, handle: RunHandle) -> None:
+        self._store = store
+        self._request = request
+        self._handle = handle
+
+    async def append(self, entries: list[dict[str, object]], *, steps: int, usage: TokenUsage, cost: int) -> None:
+        self._handle.status = "running"
+        await self._store.append_trace(self._request, entries, steps=steps, usage=usage, cost=cost)

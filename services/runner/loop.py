@@ -1,0 +1,530 @@
+"""The bounded agent loop [000 runAgent, 004 §6.1]: model call → tool calls → results → repeat.
+
+One loop for every agent. It depends only on interfaces — a provider and its
+access, a :class:`ToolBox`, an :class:`EventSink`, a :class:`TraceSink`, a
+:class:`SteeringInbox`, interceptors — so it is tested with fakes and the
+next issue's features (memory, slash commands, PII, autonomy) plug in as
+context builders (``services.runner.context``) and interceptors
+(``services.runner.interceptors``) without changing it.
+
+Per step:
+
+1. **turn boundary**: steering guidance and nudges are added to the
+   transcript; an interrupt stops the run here (never between a tool call and
+   its result);
+2. **budget check** (``services.runner.budget``): max_steps, then the token and
+   cost budgets against the worst case of the step; the step's output cap is
+   lowered to what is affordable, or the run stops *before* calling;
+3. **model call** with a per-call timeout; rate limits, 5xx, timeouts and
+   connection errors are retried with exponential backoff (honoring
+   ``retry-after``); an invalid key or a bad request is not;
+4. **tool calls**, one after another, through the interceptors; an error
+   becomes an error result for the model; an unreachable tool server ends the
+   run in handoff [004 R6];
+5. the step is appended to the trace (persisted as it goes).
+
+The whole loop runs under the silence watchdog: no model output or tool result
+for ``silence_timeout_s`` aborts it (``silence_timeout``, family silentRun).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from services.runner.budget import ModelPrice, RunLimits, admit_step, estimate_tokens
+from services.runner.context import PromptDraft
+from services.runner.interceptors import CallContext, StopRequest, ToolInterceptor
+from services.runner.metrics import PROVIDER_RETRIES
+from services.runner.outcome import (
+    INTERRUPTED,
+    SILENCE_TIMEOUT,
+    CallRecord,
+    HandoffRequest,
+    LoopOutcome,
+    OutcomeKind,
+    RunFailure,
+)
+from services.runner.providers.base import (
+    AssistantMessage,
+    Message,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    ProviderAccess,
+    ProviderError,
+    ProviderErrorKind,
+    TokenUsage,
+    ToolCallRequest,
+    ToolOutcome,
+    ToolResults,
+    UserMessage,
+    render_system,
+)
+from services.runner.tools.base import ToolBox, ToolServerUnavailable
+from switchboard.contracts.enums import ErrorFamily, HandoffTrigger, Urgency
+
+TRACE_TEXT_CHARS = 4000
+
+
+class EventSink(Protocol):
+    """Live events of one run (``run_events``); every method returns at once."""
+
+    def text(self, text: str) -> None: ...
+    def thinking(self, text: str) -> None: ...
+    def tool_call(self, call: ToolCallRequest) -> None: ...
+    def tool_result(self, outcome: ToolOutcome, duration_ms: int) -> None: ...
+    def usage(self, usage: TokenUsage, cost_micros: int) -> None: ...
+    def error(self, code: str, message: str, family: ErrorFamily, retryable: bool) -> None: ...
+    def debug(self, name: str, detail: str) -> None: ...
+
+
+class TraceSink(Protocol):
+    """Persists the trace as it goes (``ai_agent_runs.tool_calls``) with the running totals."""
+
+    async def append(self, entries: list[dict[str, Any]], *, steps: int, usage: TokenUsage, cost: int) -> None: ...
+
+
+class SteeringInbox(Protocol):
+    """Messages for this run from the ``steering`` topic, read at turn boundaries."""
+
+    def drain(self) -> list[str]: ...
+
+    @property
+    def interrupted(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 4
+    initial_backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+
+    def delay(self, attempt: int, retry_after_s: float | None) -> float:
+        base = min(self.max_backoff_s, self.initial_backoff_s * 2 ** (attempt - 1))
+        if retry_after_s is not None:
+            base = max(base, min(retry_after_s, self.max_backoff_s))
+        return base * (0.8 + 0.4 * random.random())
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    model: str
+    limits: RunLimits
+    price: ModelPrice
+    call_timeout_s: float
+    tool_timeout_s: float
+    silence_timeout_s: float
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _message_text(message: Message) -> str:
+    if isinstance(message, UserMessage):
+        return message.text
+    if isinstance(message, AssistantMessage):
+        return message.text + "".join(c.name + c.arguments_json for c in message.tool_calls)
+    return "".join(r.content for r in message.results) + "".join(message.notes)
+
+
+def estimate_request_tokens(request: ModelRequest) -> int:
+    """Worst-case input of a request nobody has measured yet (see ``services.runner.budget``)."""
+    tools = json.dumps([[t.name, t.description, t.input_schema] for t in request.tools], default=str)
+    return (
+        estimate_tokens(render_system(request.system))
+        + sum(estimate_tokens(_message_text(m)) for m in request.messages)
+        + (estimate_tokens(tools) if request.tools else 0)
+    )
+
+
+class AgentLoop:
+    """Runs one prompt to an outcome. Create one per run."""
+
+    def __init__(
+        self,
+        *,
+        config: LoopConfig,
+        provider: ModelProvider,
+        access: ProviderAccess,
+        tools: ToolBox,
+        events: EventSink,
+        trace: TraceSink,
+        steering: SteeringInbox,
+        interceptors: Sequence[ToolInterceptor],
+    ) -> None:
+        self._config = config
+        self._provider = provider
+        self._access = access
+        self._tools = tools
+        self._events = events
+        self._trace = trace
+        self._steering = steering
+        self._interceptors = list(interceptors)
+        self._usage = TokenUsage()
+        self._cost = 0
+        self._steps = 0
+        self._tool_calls = 0
+        self._watchdog: asyncio.Timeout | None = None
+        self._pending: list[dict[str, Any]] = []
+        self._last_output = 0
+        self._calls: list[CallRecord] = []
+        # The tool call being executed, so an abort can still give it a result in the trace.
+        self._in_flight: tuple[ToolCallRequest, float, str] | None = None
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def steps(self) -> int:
+        return self._steps
+
+    async def run(self, draft: PromptDraft) -> LoopOutcome:
+        try:
+            async with asyncio.timeout(self._config.silence_timeout_s) as watchdog:
+                self._watchdog = watchdog
+                return await self._steps_until_done(draft)
+        except TimeoutError:
+            if self._watchdog is None or not self._watchdog.expired():
+                raise
+            self._close_in_flight("silence timeout")
+            self._record_guard("silence_watchdog", f"no output for {self._config.silence_timeout_s:.0f}s")
+            await self._flush_trace()
+            return self._outcome(
+                OutcomeKind.ABORTED,
+                abort_reason=SILENCE_TIMEOUT,
+                summary=f"Stopped: no output for {self._config.silence_timeout_s:.0f} seconds.",
+            )
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _steps_until_done(self, draft: PromptDraft) -> LoopOutcome:
+        messages: list[Message] = list(draft.messages)
+        offered = {t.name: t for t in draft.tools}
+        last_input: int | None = None
+        appended_since = ""
+        while True:
+            # 1. turn boundary: steering guidance and nudges, or an interrupt.
+            guidance = self._steering.drain()
+            if guidance:
+                texts = tuple(f"[Message from the customer while you were working] {g}" for g in guidance)
+                messages = _with_notes(messages, texts)
+                appended_since += "".join(texts)
+                self._events.debug("steering_applied", f"{len(texts)} message(s) added at the turn boundary")
+            if self._steering.interrupted:
+                self._record_guard("interrupt", "interrupted by a steering message")
+                await self._flush_trace()
+                return self._outcome(OutcomeKind.ABORTED, abort_reason=INTERRUPTED, summary="Interrupted.")
+
+            # 2. budgets, against the worst case of this step.
+            probe = ModelRequest(
+                model=self._config.model,
+                system=draft.system,
+                messages=tuple(messages),
+                tools=draft.tools,
+                max_output_tokens=self._config.limits.max_output_tokens,
+            )
+            next_input = (
+                estimate_request_tokens(probe)
+                if last_input is None
+                else last_input + self._last_output + estimate_tokens(appended_since)
+            )
+            admission = admit_step(
+                self._config.limits,
+                self._config.price,
+                steps_done=self._steps,
+                used=self._usage,
+                cost_micros=self._cost,
+                next_input_tokens=next_input,
+            )
+            if not admission.admitted:
+                reason = admission.refusal or "budget"
+                self._record_guard("budget_stop", f"{reason} before step {self._steps + 1}")
+                self._events.debug("budget_stop", reason)
+                await self._flush_trace()
+                return self._outcome(
+                    OutcomeKind.ABORTED,
+                    abort_reason=reason,
+                    summary=f"Stopped before step {self._steps + 1}: {reason}.",
+                )
+            request = ModelRequest(
+                model=self._config.model,
+                system=draft.system,
+                messages=tuple(messages),
+                tools=draft.tools,
+                max_output_tokens=admission.max_output_tokens,
+            )
+
+            # 3. the model call (retried inside).
+            try:
+                response = await self._call_model(request)
+            except ProviderError as exc:
+                await self._flush_trace()
+                return self._provider_failure(exc)
+            self._steps += 1
+            last_input = response.usage.all_input
+            self._last_output = response.usage.output_tokens
+            appended_since = ""
+            self._account(response)
+            messages.append(
+                AssistantMessage(
+                    text=response.text,
+                    tool_calls=response.tool_calls,
+                    provider=self._provider.name,
+                    provider_state=response.provider_state,
+                )
+            )
+            if not response.tool_calls:
+                await self._flush_trace()
+                return self._outcome(OutcomeKind.ANSWERED, final_text=response.text)
+
+            # 4. the tool calls.
+            ctx = CallContext(step=self._steps, offered=offered)
+            try:
+                results = await self._run_tools(ctx, response.tool_calls)
+            except ToolServerUnavailable:
+                results = _not_executed(response.tool_calls, "Not executed: the tool server is unavailable.")
+                messages.append(ToolResults(tuple(results)))
+                self._record_guard("tool_server_unavailable", "automatic handoff")
+                await self._flush_trace()
+                failure = RunFailure(
+                    ToolServerUnavailable.code, "the tool server is unavailable", ErrorFamily.TOOL_FAILURE
+                )
+                return self._outcome(
+                    OutcomeKind.HANDOFF,
+                    failure=failure,
+                    handoff=HandoffRequest(
+                        reason="The tool server is unavailable; a person should take over.",
+                        urgency=Urgency.HIGH,
+                        trigger=HandoffTrigger.TOOL,
+                        failure=failure,
+                    ),
+                    summary="Handed off: the tool server is unavailable.",
+                )
+            messages.append(ToolResults(tuple(results), notes=tuple(ctx.notes)))
+            appended_since = "".join(r.content for r in results) + "".join(ctx.notes)
+            await self._flush_trace()
+            if ctx.stop is not None:
+                return self._stopped(ctx.stop)
+
+    def abandon(self, reason: str) -> tuple[list[dict[str, Any]], LoopOutcome]:
+        """For an abort from outside (cancellation at shutdown): the unsaved trace, with an error
+        result for a tool call left in flight, and the totals so far."""
+        self._close_in_flight(reason)
+        self._record_guard("abandoned", reason)
+        entries, self._pending = self._pending, []
+        return entries, self._outcome(OutcomeKind.HANDED_BACK, summary=f"Stopped: {reason}.")
+
+    # ------------------------------------------------------------------ pieces
+
+    def _close_in_flight(self, reason: str) -> None:
+        if self._in_flight is not None:
+            call, started, started_at = self._in_flight
+            self._in_flight = None
+            self._trace_tool(call, None, started, started_at, error=f"not completed: {reason}")
+
+    async def _call_model(self, request: ModelRequest) -> ModelResponse:
+        policy = self._config.retry
+        attempt = 0
+        started = time.monotonic()
+        started_at = _now()
+        while True:
+            attempt += 1
+            try:
+                async with asyncio.timeout(self._config.call_timeout_s):
+                    response = await self._provider.complete(
+                        request, self._access, timeout_s=self._config.call_timeout_s
+                    )
+                break
+            except TimeoutError:
+                error = ProviderError(ProviderErrorKind.TIMEOUT, provider=self._provider.name)
+            except ProviderError as exc:
+                error = exc
+            if not error.retryable or attempt >= policy.max_attempts:
+                self._pending.append(
+                    {
+                        "step": self._steps + 1,
+                        "kind": "model",
+                        "started_at": started_at,
+                        "ended_at": _now(),
+                        "duration_ms": int((time.monotonic() - started) * 1000),
+                        "attempts": attempt,
+                        "error": error.code,
+                    }
+                )
+                raise error
+            delay = policy.delay(attempt, error.retry_after_s)
+            PROVIDER_RETRIES.labels(self._provider.name, error.kind.value).inc()
+            self._events.debug("provider_retry", f"{error.code}; attempt {attempt + 1} in {delay:.1f}s")
+            await asyncio.sleep(delay)
+        self._touch()
+        cost = self._config.price.cost(response.usage)
+        self._pending.append(
+            {
+                "step": self._steps + 1,
+                "kind": "model",
+                "started_at": started_at,
+                "ended_at": _now(),
+                "duration_ms": int((time.monotonic() - started) * 1000),
+                "attempts": attempt,
+                "max_output_tokens": request.max_output_tokens,
+                "stop_reason": response.stop_reason.value,
+                "text": response.text[:TRACE_TEXT_CHARS],
+                "tool_calls": [c.name for c in response.tool_calls],
+                "tokens_in": response.usage.input_tokens,
+                "tokens_out": response.usage.output_tokens,
+                "cache_read_tokens": response.usage.cache_read_tokens,
+                "cache_write_tokens": response.usage.cache_write_tokens,
+                "cost_micros": cost,
+            }
+        )
+        return response
+
+    def _account(self, response: ModelResponse) -> None:
+        before = self._cost
+        self._usage = self._usage + response.usage
+        self._cost = self._config.price.cost(self._usage)
+        if response.thinking:
+            self._events.thinking(response.thinking)
+        if response.text:
+            self._events.text(response.text)
+        for call in response.tool_calls:
+            self._events.tool_call(call)
+        self._events.usage(response.usage, self._cost - before)
+
+    async def _run_tools(self, ctx: CallContext, calls: tuple[ToolCallRequest, ...]) -> list[ToolOutcome]:
+        results: list[ToolOutcome] = []
+        for index, call in enumerate(calls):
+            if ctx.stop is not None or self._steering.interrupted:
+                why = "the run is ending" if ctx.stop is not None else "the run was interrupted"
+                results.extend(_not_executed(calls[index:], f"Not executed: {why}."))
+                break
+            started = time.monotonic()
+            started_at = _now()
+            outcome: ToolOutcome | None = None
+            for interceptor in self._interceptors:
+                outcome = await interceptor.before_call(ctx, call)
+                if outcome is not None:
+                    break
+            if outcome is None:
+                self._in_flight = (call, started, started_at)
+                try:
+                    outcome = await self._tools.call(call, timeout_s=self._config.tool_timeout_s)
+                except ToolServerUnavailable:
+                    self._in_flight = None
+                    self._trace_tool(call, None, started, started_at, error="tool server unavailable")
+                    raise
+                self._in_flight = None
+            for interceptor in self._interceptors:
+                outcome = await interceptor.after_call(ctx, call, outcome)
+            self._tool_calls += 1
+            self._calls.append(CallRecord(call.id, call.name, call.arguments_json, outcome.is_error))
+            duration_ms = int((time.monotonic() - started) * 1000)
+            self._touch()
+            self._events.tool_result(outcome, duration_ms)
+            self._trace_tool(call, outcome, started, started_at)
+            results.append(outcome)
+        for name, detail in ctx.guard_events:
+            self._record_guard(name, detail)
+            self._events.debug(name, detail)
+        return results
+
+    def _trace_tool(
+        self,
+        call: ToolCallRequest,
+        outcome: ToolOutcome | None,
+        started: float,
+        started_at: str,
+        *,
+        error: str | None = None,
+    ) -> None:
+        self._pending.append(
+            {
+                "step": self._steps,
+                "kind": "tool",
+                "tool_call_id": call.id,
+                "tool_name": call.name,
+                "args": dict(call.arguments) if call.error is None else call.arguments_json,
+                "result": outcome.content[:TRACE_TEXT_CHARS] if outcome else None,
+                "is_error": outcome.is_error if outcome else True,
+                "error": error or (outcome.content[:500] if outcome and outcome.is_error else None),
+                "started_at": started_at,
+                "ended_at": _now(),
+                "duration_ms": int((time.monotonic() - started) * 1000),
+            }
+        )
+
+    def _record_guard(self, name: str, detail: str) -> None:
+        self._pending.append({"step": self._steps, "kind": "guard", "name": name, "detail": detail, "at": _now()})
+
+    async def _flush_trace(self) -> None:
+        entries, self._pending = self._pending, []
+        await self._trace.append(entries, steps=self._steps, usage=self._usage, cost=self._cost)
+
+    def _touch(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.reschedule(asyncio.get_running_loop().time() + self._config.silence_timeout_s)
+
+    def _provider_failure(self, exc: ProviderError) -> LoopOutcome:
+        if exc.kind is ProviderErrorKind.AUTH:
+            family, message = ErrorFamily.UNKNOWN, f"the {exc.provider} key was rejected (invalid or revoked)"
+        elif exc.retryable:
+            family, message = ErrorFamily.TRANSIENT_UPSTREAM, f"{exc} after retries"
+        else:
+            family, message = ErrorFamily.UNKNOWN, str(exc)
+        self._events.error(exc.code, message, family, exc.retryable)
+        return self._outcome(
+            OutcomeKind.FAILED,
+            failure=RunFailure(exc.code, message, family),
+            summary=f"Failed: {message}.",
+        )
+
+    def _stopped(self, stop: StopRequest) -> LoopOutcome:
+        if stop.kind is OutcomeKind.FINISHED:
+            return self._outcome(OutcomeKind.FINISHED, final_text=stop.final_text)
+        if stop.kind is OutcomeKind.HANDOFF:
+            return self._outcome(OutcomeKind.HANDOFF, handoff=stop.handoff, summary="Handed off to a person.")
+        return self._outcome(stop.kind, abort_reason=stop.abort_reason, summary=f"Stopped: {stop.detail}.")
+
+    def _outcome(
+        self,
+        kind: OutcomeKind,
+        *,
+        final_text: str | None = None,
+        abort_reason: str | None = None,
+        failure: RunFailure | None = None,
+        handoff: HandoffRequest | None = None,
+        summary: str | None = None,
+    ) -> LoopOutcome:
+        return LoopOutcome(
+            kind=kind,
+            final_text=final_text,
+            abort_reason=abort_reason,
+            failure=failure,
+            handoff=handoff,
+            usage=self._usage,
+            cost_micros=self._cost,
+            steps=self._steps,
+            tool_calls=self._tool_calls,
+            summary=summary,
+            calls=tuple(self._calls),
+        )
+
+
+def _not_executed(calls: Sequence[ToolCallRequest], text: str) -> list[ToolOutcome]:
+    return [ToolOutcome(c.id, c.name, text, is_error=True) for c in calls]
+
+
+def _with_notes(messages: list[Message], notes: tuple[str, ...]) -> list[Message]:
+    """Deliver notes at the turn boundary: on the last tool results, or as a user message."""
+    if messages and isinstance(messages[-1], ToolResults):
+        last = messages[-1]
+        return [*messages[:-1], ToolResults(last.results, notes=last.notes + notes)]
+    return [*messages, UserMessage("\n".join(notes))]

@@ -1,0 +1,87 @@
+"""What a run is about, loaded once at its start: the request, the agent version, the conversation.
+
+Plain frozen dataclasses (no ORM objects leave the store), so context builders
+and tests never touch the database.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from switchboard.contracts import RunRequested
+from switchboard.tool_catalog import FOLLOWUP_CREATION_TOOLS, REQUEST_HUMAN_HANDOFF
+
+
+@dataclass(frozen=True, slots=True)
+class VersionConfig:
+    """The columns of ``ai_agent_versions`` the runtime uses."""
+
+    id: uuid.UUID
+    agent_id: uuid.UUID
+    version_number: int
+    system_prompt: str
+    provider: str
+    model: str
+    credential_id: uuid.UUID | None
+    tool_ids: tuple[str, ...]
+    max_steps: int
+    token_budget: int
+    cost_budget_micros: int
+    history_message_window: int
+    history_token_window: int
+    handoff_keywords: tuple[str, ...]
+    handoff_tool_enabled: bool
+    followup: dict[str, Any] = field(default_factory=dict)
+    persona: str | None = None
+    skills: tuple[str, ...] = ()
+    channel_session_id: uuid.UUID | None = None
+
+    @property
+    def callbacks_enabled(self) -> bool:
+        """``followup.callback_enabled``; absent means enabled (legacy behavior [004 §4.4])."""
+        return bool(self.followup.get("callback_enabled", True))
+
+    def granted_tools(self) -> tuple[str, ...]:
+        """Exactly the tools this version may offer: its ``tool_ids``, plus the handoff tool when
+        enabled, minus follow-up creation when callbacks are off. Order kept, no duplicates."""
+        names = list(self.tool_ids)
+        if self.handoff_tool_enabled and REQUEST_HUMAN_HANDOFF not in names:
+            names.append(REQUEST_HUMAN_HANDOFF)
+        if not self.callbacks_enabled:
+            names = [n for n in names if n not in FOLLOWUP_CREATION_TOOLS]
+        return tuple(dict.fromkeys(names))
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationInfo:
+    id: uuid.UUID
+    chat_id: str
+    channel_session_id: uuid.UUID
+    contact_name: str | None = None
+    summary: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryItem:
+    """A past message of the conversation: ``inbound`` from the customer, ``outbound`` to them."""
+
+    message_id: uuid.UUID
+    direction: str
+    text: str
+    occurred_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RunSubject:
+    request: RunRequested
+    agent_name: str
+    version: VersionConfig
+    conversation: ConversationInfo | None
+
+    @property
+    def inbound_text(self) -> str:
+        """The customer messages this run answers, oldest first."""
+        return "\n".join(m.text for m in self.request.messages if m.text)

@@ -1,0 +1,455 @@
+"""WAHA webhook: signature, idempotent ingest, what is dispatched and what is only stored."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select, text, update
+from sqlalchemy.orm import Session
+
+from services.api.settings import ApiSettings
+from services.api.webhooks.service import sign
+from switchboard.contracts import DispatchRequested, Serde, Topics, WakeReason
+from switchboard.db.models.channels import ChannelSession, Contact, Conversation, Message
+from switchboard.db.session import create_engine, set_tenant
+from tests.support.api import OrgHandle
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def api_settings(api_settings: ApiSettings) -> ApiSettings:
+    """No in-process outbox relay: these tests read the outbox rows themselves (the relay has its own tests)."""
+    return api_settings.model_copy(update={"outbox_relay": False})
+
+
+WEBHOOK = "/api/v1/webhooks/waha"
+
+
+@dataclass
+class Channel:
+    org: OrgHandle
+    id: uuid.UUID
+    name: str
+    secret: str
+
+
+async def connect_channel(client: httpx.AsyncClient, org: OrgHandle) -> Channel:
+    name = f"sess-{uuid.uuid4().hex[:12]}"
+    created = await client.post(
+        "/api/v1/channel-sessions",
+        json={"label": "Main line", "external_session": name, "phone_number": "+5511900000000"},
+        headers=org.headers(),
+    )
+    assert created.status_code == 201, created.text
+    data = created.json()["data"]
+    return Channel(org=org, id=uuid.UUID(data["id"]), name=name, secret=data["webhook_secret"])
+
+
+def message_event(
+    channel: Channel,
+    *,
+    message_id: str | None = None,
+    chat: str = "5511988887777@c.us",
+    body: str = "Oi, quero saber o preço",
+    from_me: bool = False,
+    participant: str | None = None,
+    event: str = "message",
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "id": message_id or f"false_{chat}_{uuid.uuid4().hex.upper()}",
+        "timestamp": 1767225600,
+        "from": "5511900000000@c.us" if from_me else chat,
+        "fromMe": from_me,
+        "to": chat if from_me else "5511900000000@c.us",
+        "body": body,
+        "participant": participant,
+        "hasMedia": False,
+    }
+    return {
+        "id": f"evt_{uuid.uuid4().hex}",
+        "timestamp": 1767225600123,
+        "event": event,
+        "session": channel.name,
+        "me": {"id": "5511900000000@c.us", "pushName": "Loja"},
+        "payload": payload,
+    }
+
+
+def encode(event: dict[str, Any]) -> bytes:
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
+async def deliver(
+    client: httpx.AsyncClient, raw: bytes, secret: str | None, *, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    sent = {"Content-Type": "application/json", "X-Webhook-Hmac-Algorithm": "sha512", **(headers or {})}
+    if secret is not None:
+        sent["X-Webhook-Hmac"] = sign(secret, raw)
+    return await client.post(WEBHOOK, content=raw, headers=sent)
+
+
+@pytest.fixture
+def db(api_settings: ApiSettings) -> Iterator[Callable[[uuid.UUID], Session]]:
+    """Sessions as the application role, scoped to one org (row-level security applies)."""
+    engine = create_engine(api_settings.database.url.get_secret_value(), pool_size=1)
+    sessions: list[Session] = []
+
+    def _open(org_id: uuid.UUID) -> Session:
+        session = Session(engine)
+        session.begin()
+        set_tenant(session, org_id)
+        sessions.append(session)
+        return session
+
+    yield _open
+    for session in sessions:
+        session.close()
+    engine.dispose()
+
+
+def messages(session: Session, channel: Channel, external_id: str) -> list[Message]:
+    return list(
+        session.scalars(
+            select(Message).where(Message.channel_session_id == channel.id, Message.external_id == external_id)
+        )
+    )
+
+
+def dispatch_rows(session: Session, conversation_id: uuid.UUID) -> list[Any]:
+    """Outbox rows of ``dispatch_requested`` keyed by this conversation (the outbox is a global table)."""
+    return list(
+        session.execute(
+            text("SELECT id, key, payload, headers FROM outbox WHERE topic = :t AND key = :k ORDER BY id"),
+            {"t": Topics.DISPATCH_REQUESTED.name, "k": str(conversation_id).encode()},
+        )
+    )
+
+
+async def test_same_delivery_twice_stores_one_message_and_one_dispatch(
+    client: httpx.AsyncClient, org: OrgHandle, api_settings: ApiSettings, db: Callable[[uuid.UUID], Session]
+) -> None:
+    channel = await connect_channel(client, org)
+    event = message_event(channel)
+    raw = encode(event)
+
+    first = await deliver(client, raw, channel.secret, headers={"X-Request-Id": "req-webhook-1"})
+    assert first.status_code == 200, first.text
+    assert first.json()["data"]["dispatched"] is True and first.json()["data"]["duplicate"] is False
+    again = await deliver(client, raw, channel.secret)
+    assert again.status_code == 200, again.text
+    assert again.json()["data"] == {
+        "message_id": first.json()["data"]["message_id"],
+        "dispatched": False,
+        "duplicate": True,
+        "reason": "duplicate",
+    }
+
+    session = db(org.org_id)
+    stored = messages(session, channel, event["payload"]["id"])
+    assert len(stored) == 1
+    message = stored[0]
+    assert str(message.id) == first.json()["data"]["message_id"]
+    assert (message.direction, message.sender, message.from_me, message.body) == (
+        "inbound",
+        "contact",
+        False,
+        "Oi, quero saber o preço",
+    )
+    conversation = session.get(Conversation, message.conversation_id)
+    assert conversation is not None and conversation.status == "open" and conversation.chat_id == "5511988887777@c.us"
+    contact = session.get(Contact, conversation.contact_id)
+    assert (
+        contact is not None and contact.external_id == "5511988887777@c.us" and contact.phone_number == "+5511988887777"
+    )
+
+    rows = dispatch_rows(session, conversation.id)
+    assert len(rows) == 1
+    record = Serde.from_settings(api_settings.kafka).decode(Topics.DISPATCH_REQUESTED, rows[0].payload)
+    assert isinstance(record, DispatchRequested)
+    assert record.org_id == org.org_id
+    assert record.conversation_id == conversation.id and record.contact_id == contact.id
+    assert record.channel_session_id == channel.id
+    assert record.wake_reason == WakeReason.USER_MESSAGE
+    assert record.wake_context.message_id == message.id
+    assert record.dry_run is False and record.target_agent_id is None
+    assert record.request_id == "req-webhook-1"
+    assert record.message is not None
+    assert record.message.message_id == message.id
+    assert record.message.external_id == event["payload"]["id"]
+    assert record.message.chat_id == "5511988887777@c.us"
+    assert record.message.text == "Oi, quero saber o preço"
+    assert record.message.from_me is False and record.message.is_group is False
+    assert record.message.received_at.timestamp() == 1767225600
+    assert rows[0].headers["event_id"] == str(record.event_id)
+
+
+async def test_twenty_identical_deliveries_in_parallel_store_one_message_and_one_dispatch(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
+) -> None:
+    channel = await connect_channel(client, org)
+    # A first-contact chat, so contact and conversation creation race as well.
+    event = message_event(channel, chat=f"55119{uuid.uuid4().int % 10**8:08d}@c.us")
+    raw = encode(event)
+
+    responses = await asyncio.gather(*(deliver(client, raw, channel.secret) for _ in range(20)))
+
+    assert [r.status_code for r in responses] == [200] * 20, [r.text for r in responses if r.status_code != 200]
+    bodies = [r.json()["data"] for r in responses]
+    assert sum(b["dispatched"] for b in bodies) == 1
+    assert sum(b["duplicate"] for b in bodies) == 19
+    assert len({b["message_id"] for b in bodies}) == 1
+    session = db(org.org_id)
+    stored = messages(session, channel, event["payload"]["id"])
+    assert len(stored) == 1
+    assert len(dispatch_rows(session, stored[0].conversation_id)) == 1
+    contacts = session.scalars(select(Contact).where(Contact.external_id == event["payload"]["from"])).all()
+    assert len(contacts) == 1
+
+
+async def test_first_contact_race_of_different_messages_makes_one_conversation(
+    client: httpx.AsyncClient, org: OrgHandle, api_settings: ApiSettings, db: Callable[[uuid.UUID], Session]
+) -> None:
+    channel = await connect_channel(client, org)
+    chat = f"55118{uuid.uuid4().int % 10**8:08d}@c.us"
+    events = [message_event(channel, chat=chat, body=f"mensagem {i}") for i in range(10)]
+
+    responses = await asyncio.gather(*(deliver(client, encode(e), channel.secret) for e in events))
+
+    assert [r.status_code for r in responses] == [200] * 10
+    assert all(r.json()["data"]["dispatched"] for r in responses)
+    session = db(org.org_id)
+    conversations = session.scalars(select(Conversation).where(Conversation.chat_id == chat)).all()
+    assert len(conversations) == 1
+    assert len(session.scalars(select(Contact).where(Contact.external_id == chat)).all()) == 1
+    rows = dispatch_rows(session, conversations[0].id)
+    serde = Serde.from_settings(api_settings.kafka)
+    texts = sorted(serde.decode(Topics.DISPATCH_REQUESTED, row.payload).message.text for row in rows)  # type: ignore[union-attr]
+    assert texts == sorted(f"mensagem {i}" for i in range(10))
+
+
+async def test_group_and_own_messages_are_stored_but_not_dispatched(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
+) -> None:
+    channel = await connect_channel(client, org)
+    group = message_event(channel, chat="120363025555555555@g.us", participant="5511977776666@c.us")
+    own = message_event(channel, chat="5511966665555@c.us", from_me=True, body="Já respondo!", event="message.any")
+
+    group_response = await deliver(client, encode(group), channel.secret)
+    own_response = await deliver(client, encode(own), channel.secret)
+
+    assert group_response.status_code == 200 and own_response.status_code == 200
+    assert group_response.json()["data"]["dispatched"] is False
+    assert group_response.json()["data"]["reason"] == "group"
+    assert own_response.json()["data"]["dispatched"] is False
+    assert own_response.json()["data"]["reason"] == "from_me"
+
+    session = db(org.org_id)
+    (group_message,) = messages(session, channel, group["payload"]["id"])
+    (own_message,) = messages(session, channel, own["payload"]["id"])
+    assert group_message.attributes["participant"] == "5511977776666@c.us"
+    group_conversation = session.get(Conversation, group_message.conversation_id)
+    assert group_conversation is not None and group_conversation.is_group and group_conversation.contact_id is None
+    assert own_message.from_me and own_message.direction == "outbound" and own_message.body == "Já respondo!"
+    own_conversation = session.get(Conversation, own_message.conversation_id)
+    assert own_conversation is not None and own_conversation.chat_id == "5511966665555@c.us"
+    assert dispatch_rows(session, group_message.conversation_id) == []
+    assert dispatch_rows(session, own_message.conversation_id) == []
+
+
+async def test_conversation_with_the_humans_is_stored_but_not_dispatched(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
+) -> None:
+    channel = await connect_channel(client, org)
+    first = message_event(channel, chat="5511955554444@c.us")
+    assert (await deliver(client, encode(first), channel.secret)).json()["data"]["dispatched"] is True
+    session = db(org.org_id)
+    (stored,) = messages(session, channel, first["payload"]["id"])
+    conversation_id = stored.conversation_id
+    session.execute(update(Conversation).where(Conversation.id == conversation_id).values(status="handoff"))
+    session.commit()
+
+    later = message_event(channel, chat="5511955554444@c.us", body="Alô?")
+    response = await deliver(client, encode(later), channel.secret)
+
+    assert response.status_code == 200
+    assert response.json()["data"]["dispatched"] is False and response.json()["data"]["reason"] == "human_handoff"
+    check = db(org.org_id)
+    assert len(messages(check, channel, later["payload"]["id"])) == 1
+    assert len(dispatch_rows(check, conversation_id)) == 1  # only the first message's
+
+
+async def test_closed_conversation_reopens_when_the_customer_writes_again(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
+) -> None:
+    channel = await connect_channel(client, org)
+    first = message_event(channel, chat="5511944443333@c.us")
+    await deliver(client, encode(first), channel.secret)
+    session = db(org.org_id)
+    (stored,) = messages(session, channel, first["payload"]["id"])
+    conversation_id = stored.conversation_id
+    session.execute(update(Conversation).where(Conversation.id == conversation_id).values(status="closed"))
+    session.commit()
+
+    response = await deliver(client, encode(message_event(channel, chat="5511944443333@c.us")), channel.secret)
+
+    assert response.json()["data"]["dispatched"] is True
+    check = db(org.org_id)
+    conversation = check.get(Conversation, conversation_id)
+    assert conversation is not None and conversation.status == "open"
+    assert len(dispatch_rows(check, conversation_id)) == 2
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param({}, id="missing"),
+        pytest.param({"X-Webhook-Hmac": "00" * 64}, id="wrong"),
+        pytest.param({"X-Webhook-Hmac": "not-hex-\u00e9"}, id="garbage"),
+        pytest.param({"X-Webhook-Hmac-Algorithm": "sha256"}, id="other-algorithm"),
+    ],
+)
+async def test_bad_signature_is_401_and_stores_nothing(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session], headers: dict[str, str]
+) -> None:
+    channel = await connect_channel(client, org)
+    event = message_event(channel)
+    raw = encode(event)
+    sent = {"Content-Type": "application/json", "X-Webhook-Hmac-Algorithm": "sha512", **headers}
+    if "X-Webhook-Hmac" not in headers and "X-Webhook-Hmac-Algorithm" in headers:
+        sent["X-Webhook-Hmac"] = sign(channel.secret, raw)  # right signature, refused algorithm
+    # Latin-1 on the wire, as a proxy might forward a non-ASCII header.
+    wire = [(k.encode(), v.encode("latin-1")) for k, v in sent.items()]
+
+    response = await client.post(WEBHOOK, content=raw, headers=wire)
+
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert messages(db(org.org_id), channel, event["payload"]["id"]) == []
+
+
+async def test_a_body_changed_after_signing_is_refused(client: httpx.AsyncClient, org: OrgHandle) -> None:
+    channel = await connect_channel(client, org)
+    raw = encode(message_event(channel))
+    signature = sign(channel.secret, raw)
+    tampered = raw.replace(b"Oi, quero", b"Oi, QUERO")
+    response = await client.post(WEBHOOK, content=tampered, headers={"X-Webhook-Hmac": signature})
+    assert response.status_code == 401
+
+
+async def test_unknown_session_is_401_like_a_bad_signature(client: httpx.AsyncClient, org: OrgHandle) -> None:
+    channel = await connect_channel(client, org)
+    unknown = Channel(org=org, id=uuid.uuid4(), name=f"nobody-{uuid.uuid4().hex[:8]}", secret=channel.secret)
+    unknown_response = await deliver(client, encode(message_event(unknown)), channel.secret)
+    bad_response = await deliver(client, encode(message_event(channel)), "sbwh_not-the-secret")
+    assert unknown_response.status_code == bad_response.status_code == 401
+    assert unknown_response.json()["error"] == bad_response.json()["error"]
+
+
+async def test_another_orgs_session_secret_does_not_validate(
+    client: httpx.AsyncClient, make_org: Callable[..., OrgHandle], db: Callable[[uuid.UUID], Session]
+) -> None:
+    org_a, org_b = make_org(name="A"), make_org(name="B")
+    channel_a = await connect_channel(client, org_a)
+    channel_b = await connect_channel(client, org_b)
+    event = message_event(channel_b)
+
+    response = await deliver(client, encode(event), channel_a.secret)
+
+    assert response.status_code == 401
+    assert messages(db(org_b.org_id), channel_b, event["payload"]["id"]) == []
+    # The right secret still works.
+    assert (await deliver(client, encode(event), channel_b.secret)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b"{not json", id="not-json"),
+        pytest.param(b"", id="empty"),
+        pytest.param(b"[1, 2, 3]", id="array"),
+        pytest.param(b'{"event": "message", "payload": {}}', id="no-session"),
+        pytest.param(b'{"event": "message", "session": "x", "payload": "text"}', id="payload-not-object"),
+        pytest.param(b"\xff\xfe\x00garbage", id="binary"),
+    ],
+)
+async def test_malformed_body_is_422_validation_error(client: httpx.AsyncClient, org: OrgHandle, raw: bytes) -> None:
+    channel = await connect_channel(client, org)
+    response = await deliver(client, raw, channel.secret)
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "validation_error"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param({"from": "5511999999999@c.us", "body": "no id"}, id="missing-id"),
+        pytest.param({"id": "x", "body": "no from"}, id="missing-from"),
+        pytest.param({"id": "x", "from": "5511999999999@c.us", "fromMe": "perhaps"}, id="bad-fromMe"),
+        pytest.param({"id": "x", "from": "5511900000000@c.us", "fromMe": True}, id="own-without-to"),
+        pytest.param({"id": "", "from": "5511999999999@c.us"}, id="empty-id"),
+    ],
+)
+async def test_signed_but_malformed_message_payload_is_422(
+    client: httpx.AsyncClient, org: OrgHandle, payload: dict[str, Any]
+) -> None:
+    channel = await connect_channel(client, org)
+    raw = encode({"event": "message", "session": channel.name, "payload": payload})
+    response = await deliver(client, raw, channel.secret)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "validation_error"
+
+
+async def test_bad_input_does_not_break_the_next_delivery(client: httpx.AsyncClient, org: OrgHandle) -> None:
+    channel = await connect_channel(client, org)
+    for raw in (b"{", b'{"event": "message", "session": "' + channel.name.encode() + b'", "payload": {}}'):
+        assert (await deliver(client, raw, channel.secret)).status_code == 422
+    too_big = b'{"pad": "' + b"x" * (1024 * 1024) + b'"}'
+    response = await deliver(client, too_big, channel.secret)
+    assert response.status_code == 413 and response.json()["error"]["code"] == "payload_too_large"
+    assert (await deliver(client, encode(message_event(channel)), channel.secret)).json()["data"]["dispatched"]
+
+
+async def test_other_events_are_acknowledged_and_ignored(client: httpx.AsyncClient, org: OrgHandle) -> None:
+    channel = await connect_channel(client, org)
+    raw = encode({"event": "message.reaction", "session": channel.name, "payload": {"reaction": {"text": "👍"}}})
+    response = await deliver(client, raw, channel.secret)
+    assert response.status_code == 200
+    assert response.json()["data"] == {
+        "message_id": None,
+        "dispatched": False,
+        "duplicate": False,
+        "reason": "event_ignored",
+    }
+    # Unsigned, an ignored event type is still refused: nothing is answered to strangers.
+    assert (await deliver(client, raw, None)).status_code == 401
+
+
+async def test_status_broadcasts_are_not_stored(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
+) -> None:
+    channel = await connect_channel(client, org)
+    event = message_event(channel, chat="status@broadcast")
+    response = await deliver(client, encode(event), channel.secret)
+    assert response.json()["data"]["reason"] == "broadcast" and response.json()["data"]["message_id"] is None
+    assert messages(db(org.org_id), channel, event["payload"]["id"]) == []
+
+
+async def test_session_status_event_follows_waha_state(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
+) -> None:
+    channel = await connect_channel(client, org)
+    raw = encode({"event": "session.status", "session": channel.name, "payload": {"status": "WORKING"}})
+    response = await deliver(client, raw, channel.secret)
+    assert response.status_code == 200 and response.json()["data"]["reason"] == "session_status"
+    row = db(org.org_id).get(ChannelSession, channel.id)
+    assert row is not None and row.status == "working"
+    shown = await client.get(f"/api/v1/channel-sessions/{channel.id}", headers=org.headers())
+    assert shown.json()["data"]["status"] == "working"

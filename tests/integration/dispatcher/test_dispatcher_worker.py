@@ -1,0 +1,453 @@
+"""Issue 4 acceptance: real ``switchboard dispatcher`` processes on the real broker and database.
+
+Each test has its own topic prefix (so its own faust app id, consumer groups and changelog),
+a stand-in runner, and an observer of everything the dispatcher produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from switchboard.contracts import (
+    ConcurrencyPolicy,
+    DispatchOutcome,
+    ErrorFamily,
+    PublishedChange,
+    RunCompleted,
+    RunRequested,
+    RunStatus,
+    SteeringKind,
+    Topics,
+    WakeReason,
+)
+from switchboard.db.session import tenant_transaction
+from switchboard.kafka.producer import RecordProducer
+from switchboard.settings import KafkaSettings
+from tests.integration.db.conftest import MigratedDatabase
+
+from .harness import (
+    Behavior,
+    Observer,
+    StandInRunner,
+    WorkerProcess,
+    agent_snapshot,
+    assert_no_overlap,
+    dispatch_record,
+    publish_record,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+SESSION = uuid.UUID("0d15ea5e-0000-4000-8000-00000000cafe")
+
+
+@pytest.fixture
+async def producer(topics: KafkaSettings) -> AsyncIterator[RecordProducer]:
+    async with RecordProducer(topics, service="test", linger_ms=1) as p:
+        yield p
+
+
+@pytest.fixture
+async def worker_factory(
+    topics: KafkaSettings, database_url: str, tmp_path: Path
+) -> AsyncIterator[Callable[..., Awaitable[WorkerProcess]]]:
+    """Start a dispatcher worker (env overrides as keywords); every one is stopped at the end."""
+    workers: list[WorkerProcess] = []
+
+    async def start(**env: str) -> WorkerProcess:
+        worker = WorkerProcess(topics, database_url, tmp_path, **env).start()
+        workers.append(worker)
+        await worker.wait_ready()
+        return worker
+
+    yield start
+    for worker in workers:
+        code = worker.stop()
+        assert code in (0, -9), f"worker exited {code}:\n{worker.logs()[-3000:]}"
+
+
+def answered_by(requests: list[RunRequested]) -> dict[uuid.UUID, set[uuid.UUID]]:
+    """message id -> the runs whose request carries it."""
+    runs: dict[uuid.UUID, set[uuid.UUID]] = defaultdict(set)
+    for request in requests:
+        for message in request.messages:
+            runs[message.message_id].add(request.run_id)
+    return runs
+
+
+# --------------------------------------------------------------------------- burst: 200 x 5
+
+
+async def test_bursts_of_200_conversations_never_overlap_and_every_message_is_answered(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+    dispatcher_db: MigratedDatabase,
+) -> None:
+    org = make_org()
+    agent = agent_snapshot(org, SESSION, policy=ConcurrencyPolicy.ENQUEUE)
+    await producer.send(Topics.PUBLISHED, publish_record(org, agent))
+    await worker_factory()
+    conversations = [uuid.uuid4() for _ in range(200)]
+    sent: dict[uuid.UUID, list] = defaultdict(list)
+    async with Observer(topics) as observer, StandInRunner(topics) as runner:
+        for burst in range(5):
+            futures = []
+            for conversation in conversations:
+                record = dispatch_record(org, conversation, SESSION, f"mensagem {burst}")
+                sent[conversation].append(record)
+                futures.append(await producer.send_soon(Topics.DISPATCH_REQUESTED, record))
+            await asyncio.gather(*futures)
+            await asyncio.sleep(random.uniform(0.02, 0.1))
+        all_messages = {r.message.message_id for records in sent.values() for r in records}
+
+        def done() -> bool:
+            answered = {m for i in runner.intervals if i.ended is not None for m in i.message_ids}
+            return answered >= all_messages and all(i.ended is not None for i in runner.intervals)
+
+        await observer.wait_for(done, timeout_s=60, what="every message answered by a completed run")
+        await asyncio.sleep(0.5)  # anything extra would show up now
+
+        assert_no_overlap(runner.intervals)
+        runs_per_message = answered_by(observer.run_requests)
+        assert set(runs_per_message) == all_messages
+        assert all(len(runs) == 1 for runs in runs_per_message.values()), "a message in two run requests"
+        per_conversation = Counter(r.conversation_id for r in observer.run_requests)
+        assert all(per_conversation[c] <= 5 for c in conversations), "enqueue: runs <= messages"
+        assert sum(per_conversation.values()) < 1000, "bursts were coalesced"
+        assert all(r.attempt == 1 for r in observer.run_requests), "no recovery needed"
+        # Every dispatch has a recorded decision, and the sink stored them in PostgreSQL.
+        decided = {d.dispatch_event_id for d in observer.decisions}
+        assert decided >= {r.event_id for records in sent.values() for r in records}
+        deadline = time.monotonic() + 20
+        while True:
+            with dispatcher_db.owner_session() as session, tenant_transaction(session, org):
+                stored = session.execute(
+                    text("SELECT count(DISTINCT dispatch_event_id) FROM dispatch_decisions WHERE org_id = :o"),
+                    {"o": org},
+                ).scalar_one()
+            if stored >= 1000 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        assert stored == 1000
+
+
+# --------------------------------------------------------------------------- selection on the broker
+
+
+async def test_priority_then_age_and_a_paused_agent_is_never_chosen_again(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    org = make_org()
+    now = datetime.now(UTC)
+    low = agent_snapshot(org, SESSION, priority=1, created_at=now - timedelta(days=9), name="low")
+    older = agent_snapshot(org, SESSION, priority=10, created_at=now - timedelta(days=5), name="older")
+    newer = agent_snapshot(org, SESSION, priority=10, created_at=now - timedelta(days=1), name="newer")
+    for snap in (low, newer, older):
+        await producer.send(Topics.PUBLISHED, publish_record(org, snap))
+    await worker_factory()
+    async with Observer(topics) as observer, StandInRunner(topics):
+
+        async def chosen_for(n: int) -> set[uuid.UUID]:
+            before = len(observer.run_requests)
+            for _ in range(n):
+                await producer.send(Topics.DISPATCH_REQUESTED, dispatch_record(org, uuid.uuid4(), SESSION))
+            await observer.wait_for(lambda: len(observer.run_requests) >= before + n, what=f"{n} runs")
+            return {r.agent_id for r in observer.run_requests[before:]}
+
+        assert await chosen_for(5) == {older.agent_id}, "priority desc, then created_at asc"
+        await producer.send(Topics.PUBLISHED, publish_record(org, older, PublishedChange.PAUSED))
+        await asyncio.sleep(1.0)  # the index follows the compacted topic asynchronously
+        assert await chosen_for(5) == {newer.agent_id}
+        await producer.send(Topics.PUBLISHED, publish_record(org, newer, PublishedChange.ARCHIVED))
+        await asyncio.sleep(1.0)
+        assert await chosen_for(5) == {low.agent_id}
+        assert older.agent_id not in {r.agent_id for r in observer.run_requests[5:]}
+
+
+# --------------------------------------------------------------------------- crash and restart
+
+
+async def test_sigkill_mid_stream_then_restart_recovers_the_table_and_never_dispatches_twice(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    org = make_org()
+    await producer.send(Topics.PUBLISHED, publish_record(org, agent_snapshot(org, SESSION)))
+    worker = await worker_factory(DISPATCHER_LEASE_S="30")
+    conversations = [uuid.uuid4() for _ in range(60)]
+    sent = []
+    slow = lambda rr: Behavior(delay_s=random.uniform(0.2, 1.5))  # noqa: E731 - runs straddle the crash
+    async with Observer(topics) as observer, StandInRunner(topics, behavior=slow) as runner:
+
+        async def send_round(label: str) -> None:
+            for conversation in conversations:
+                record = dispatch_record(org, conversation, SESSION, label)
+                sent.append(record)
+                await producer.send_soon(Topics.DISPATCH_REQUESTED, record)
+
+        for i in range(3):
+            await send_round(f"before {i}")
+            await asyncio.sleep(0.3)
+        await observer.wait_for(lambda: len(observer.run_requests) >= 60, what="first runs")
+        worker.kill()  # mid-stream: runs in flight, messages queued, offsets not all committed
+        killed_at = time.monotonic()
+        in_flight = [i for i in runner.intervals if i.ended is None or i.ended > killed_at]
+        assert in_flight, "the kill should catch runs in flight"
+        for i in range(2):
+            await send_round(f"while down {i}")
+            await asyncio.sleep(0.2)
+        restarted = await worker_factory(DISPATCHER_LEASE_S="30")
+        for i in range(2):
+            await send_round(f"after {i}")
+            await asyncio.sleep(0.3)
+        all_messages = {r.message.message_id for r in sent}
+
+        def done() -> bool:
+            answered = {m for i in runner.intervals if i.ended is not None for m in i.message_ids}
+            return answered >= all_messages
+
+        await observer.wait_for(done, timeout_s=60, what="every message answered after the restart")
+        await asyncio.sleep(1.0)
+        runs_per_message = answered_by(observer.run_requests)
+        duplicates = {m: runs for m, runs in runs_per_message.items() if len(runs) > 1}
+        assert not duplicates, f"{len(duplicates)} messages got a second run_requested"
+        assert_no_overlap(runner.intervals)
+        assert len({r.run_id for r in observer.run_requests}) == len(observer.run_requests)
+        # The busy table came back from the changelog, not from scratch.
+        recovered = [line for line in restarted.logs().splitlines() if "conversation table recovered" in line]
+        assert recovered and '"conversations": 60' in recovered[0], recovered
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+async def test_a_run_that_never_heartbeats_is_recovered_then_failed_as_process_lost(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    org = make_org()
+    await producer.send(Topics.PUBLISHED, publish_record(org, agent_snapshot(org, SESSION)))
+    await worker_factory(DISPATCHER_LEASE_S="1.5", DISPATCHER_MAX_ATTEMPTS="3")
+    silent = lambda rr: Behavior(heartbeat=False, complete=False)  # noqa: E731 - starts, then nothing
+    conversation = uuid.uuid4()
+    request = dispatch_record(org, conversation, SESSION)
+    async with Observer(topics) as observer, StandInRunner(topics, behavior=silent):
+        await producer.send(Topics.DISPATCH_REQUESTED, request)
+        lost = lambda: [c for c in observer.records(Topics.RUN_COMPLETED) if isinstance(c, RunCompleted)]  # noqa: E731
+        await observer.wait_for(lambda: bool(lost()), timeout_s=30, what="the processLost completion")
+        attempts = sorted(observer.run_requests, key=lambda r: r.attempt)
+        assert [r.attempt for r in attempts] == [1, 2, 3]
+        assert attempts[0].parent_run_id is None
+        assert attempts[1].parent_run_id == attempts[0].run_id and attempts[1].wake_reason is WakeReason.RECOVERY
+        assert attempts[2].parent_run_id == attempts[1].run_id
+        assert all(r.messages == (request.message,) for r in attempts)
+        (closed,) = lost()
+        assert (closed.run_id, closed.status, closed.error_family, closed.attempt) == (
+            attempts[2].run_id,
+            RunStatus.FAILED,
+            ErrorFamily.PROCESS_LOST,
+            3,
+        )
+        outcomes = [d.outcome for d in observer.decisions]
+        assert outcomes == [
+            DispatchOutcome.DISPATCHED,
+            DispatchOutcome.RECOVERED,
+            DispatchOutcome.RECOVERED,
+            DispatchOutcome.LOST,
+        ]
+        # The conversation is free again: the next message is dispatched at once.
+        await producer.send(Topics.DISPATCH_REQUESTED, dispatch_record(org, conversation, SESSION, "de novo?"))
+        await observer.wait_for(lambda: len(observer.run_requests) == 4, what="a fresh run")
+        assert observer.run_requests[-1].attempt == 1
+
+
+# --------------------------------------------------------------------------- org rate limit
+
+
+async def test_org_rate_limit_admits_60_now_and_the_other_40_later_none_lost(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    window_s = 4
+    org = make_org(rate_limit=60)
+    await producer.send(Topics.PUBLISHED, publish_record(org, agent_snapshot(org, SESSION)))
+    await worker_factory(DISPATCHER_RATE_WINDOW_S=str(window_s))
+    async with Observer(topics) as observer, StandInRunner(topics):
+        # Windows are aligned on the epoch: start just after a boundary so all 100 land in one.
+        await asyncio.sleep(window_s - time.time() % window_s + 0.05)
+        window_end = (int(time.time()) // window_s + 1) * window_s
+        records = [dispatch_record(org, uuid.uuid4(), SESSION) for _ in range(100)]
+        futures = [await producer.send_soon(Topics.DISPATCH_REQUESTED, r) for r in records]
+        await asyncio.gather(*futures)
+        assert time.time() < window_end - 1, "the burst took longer than a second"
+        await observer.wait_for(lambda: len(observer.run_requests) >= 100, timeout_s=3 * window_s, what="all 100 runs")
+        first_window = [r for r in observer.run_requests if r.occurred_at.timestamp() < window_end]
+        later = [r for r in observer.run_requests if r.occurred_at.timestamp() >= window_end]
+        assert (len(first_window), len(later)) == (60, 40)
+        assert {m.message_id for r in observer.run_requests for m in r.messages} == {
+            r.message.message_id for r in records
+        }
+        limited = [d for d in observer.decisions if d.outcome is DispatchOutcome.RATE_LIMITED]
+        assert len(limited) == 40 and all(d.not_before is not None for d in limited)
+        assert '"limit":"org"' in limited[0].details_json
+
+
+# --------------------------------------------------------------------------- one test per policy
+
+
+async def _busy_conversation(
+    policy: ConcurrencyPolicy,
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> tuple[uuid.UUID, uuid.UUID]:
+    org = make_org()
+    await producer.send(Topics.PUBLISHED, publish_record(org, agent_snapshot(org, SESSION, policy=policy)))
+    await worker_factory()
+    return org, uuid.uuid4()
+
+
+async def test_policy_enqueue_answers_waiting_messages_in_one_follow_up_run(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    org, conversation = await _busy_conversation(ConcurrencyPolicy.ENQUEUE, topics, producer, worker_factory, make_org)
+    async with Observer(topics) as observer, StandInRunner(topics, behavior=lambda rr: Behavior(delay_s=1.5)):
+        first = dispatch_record(org, conversation, SESSION, "um")
+        await producer.send(Topics.DISPATCH_REQUESTED, first)
+        await observer.wait_for(lambda: len(observer.run_requests) == 1, what="the first run")
+        waiting = [dispatch_record(org, conversation, SESSION, t) for t in ("dois", "três")]
+        for record in waiting:
+            await producer.send(Topics.DISPATCH_REQUESTED, record)
+        await observer.wait_for(lambda: len(observer.run_requests) == 2, timeout_s=15, what="the follow-up run")
+        follow_up = observer.run_requests[1]
+        assert follow_up.messages == tuple(r.message for r in waiting)
+        queued = [d for d in observer.decisions if d.outcome is DispatchOutcome.QUEUED]
+        assert {d.dispatch_event_id for d in queued} == {r.event_id for r in waiting}
+
+
+async def test_policy_steer_sends_the_message_to_the_active_run(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    org, conversation = await _busy_conversation(ConcurrencyPolicy.STEER, topics, producer, worker_factory, make_org)
+    async with Observer(topics) as observer, StandInRunner(topics, behavior=lambda rr: Behavior(delay_s=1.5)) as runner:
+        await producer.send(Topics.DISPATCH_REQUESTED, dispatch_record(org, conversation, SESSION, "um"))
+        await observer.wait_for(lambda: len(observer.run_requests) == 1, what="the first run")
+        second = dispatch_record(org, conversation, SESSION, "e amanhã?")
+        await producer.send(Topics.DISPATCH_REQUESTED, second)
+        await observer.wait_for(lambda: len(observer.steering) == 1, what="the steering message")
+        (steer,) = observer.steering
+        assert (steer.kind, steer.run_id, steer.source_message) == (
+            SteeringKind.GUIDANCE,
+            observer.run_requests[0].run_id,
+            second.message,
+        )
+        await observer.wait_for(lambda: all(i.ended for i in runner.intervals), timeout_s=10, what="the run to end")
+        await asyncio.sleep(0.8)
+        assert len(observer.run_requests) == 1, "the steered message was answered by the active run"
+        assert second.message.message_id in runner.intervals[0].message_ids
+
+
+async def test_policy_interrupt_stops_the_run_and_answers_everything_in_a_new_one(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    org, conversation = await _busy_conversation(
+        ConcurrencyPolicy.INTERRUPT, topics, producer, worker_factory, make_org
+    )
+    async with Observer(topics) as observer, StandInRunner(topics, behavior=lambda rr: Behavior(delay_s=10)) as runner:
+        first = dispatch_record(org, conversation, SESSION, "um")
+        await producer.send(Topics.DISPATCH_REQUESTED, first)
+        await observer.wait_for(lambda: len(observer.run_requests) == 1, what="the first run")
+        second = dispatch_record(org, conversation, SESSION, "esquece, outra coisa")
+        await producer.send(Topics.DISPATCH_REQUESTED, second)
+        await observer.wait_for(lambda: len(observer.run_requests) == 2, timeout_s=8, what="the restarted run")
+        (stop,) = observer.steering
+        assert (stop.kind, stop.run_id) == (SteeringKind.INTERRUPT, observer.run_requests[0].run_id)
+        assert runner.intervals[0].status is RunStatus.ABORTED
+        restart = observer.run_requests[1]
+        assert restart.messages == (first.message, second.message)
+        assert restart.parent_run_id == observer.run_requests[0].run_id
+        assert_no_overlap(runner.intervals)
+
+
+async def test_policy_reject_records_conv_busy(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    org, conversation = await _busy_conversation(ConcurrencyPolicy.REJECT, topics, producer, worker_factory, make_org)
+    async with Observer(topics) as observer, StandInRunner(topics, behavior=lambda rr: Behavior(delay_s=1.0)) as runner:
+        await producer.send(Topics.DISPATCH_REQUESTED, dispatch_record(org, conversation, SESSION, "um"))
+        await observer.wait_for(lambda: len(observer.run_requests) == 1, what="the first run")
+        second = dispatch_record(org, conversation, SESSION, "dois")
+        await producer.send(Topics.DISPATCH_REQUESTED, second)
+        await observer.wait_for(
+            lambda: any(d.outcome is DispatchOutcome.CONV_BUSY for d in observer.decisions), what="conv_busy"
+        )
+        (busy,) = [d for d in observer.decisions if d.outcome is DispatchOutcome.CONV_BUSY]
+        assert (busy.dispatch_event_id, busy.run_id) == (second.event_id, observer.run_requests[0].run_id)
+        await observer.wait_for(lambda: all(i.ended for i in runner.intervals), what="the run to end")
+        await asyncio.sleep(0.8)
+        assert len(observer.run_requests) == 1
+
+
+# --------------------------------------------------------------------------- poison
+
+
+async def test_a_poison_record_is_dead_lettered_and_dispatching_goes_on(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    org = make_org()
+    await producer.send(Topics.PUBLISHED, publish_record(org, agent_snapshot(org, SESSION)))
+    worker = await worker_factory()
+    conversation = uuid.uuid4()
+    async with Observer(topics) as observer, StandInRunner(topics):
+        await producer.send_raw(Topics.DISPATCH_REQUESTED, key=str(conversation).encode(), value=b"\x00garbage!")
+        await producer.send_raw(Topics.RUN_COMPLETED, key=str(conversation).encode(), value=b"not avro at all")
+        good = dispatch_record(org, conversation, SESSION)
+        await producer.send(Topics.DISPATCH_REQUESTED, good)
+        await observer.wait_for(lambda: len(observer.run_requests) == 1, what="the good dispatch")
+        await observer.wait_for(lambda: len(observer.dead_letters) == 2, what="two dead letters")
+        codes = {(d.original_topic, d.error_code) for d in observer.dead_letters}
+        assert codes == {
+            (Topics.DISPATCH_REQUESTED.physical_name(topics), "unknown_schema_id"),
+            (Topics.RUN_COMPLETED.physical_name(topics), "bad_magic_byte"),
+        }
+        assert all(d.service == "dispatcher" for d in observer.dead_letters)
+        assert observer.run_requests[0].messages == (good.message,)
+        metrics = await worker.metrics()
+        assert "switchboard_dispatch_decisions_total" in metrics and 'outcome="dispatched"' in metrics

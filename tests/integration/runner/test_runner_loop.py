@@ -1,0 +1,331 @@
+"""The bounded loop end to end: budgets, doom loop, handoffs, malformed calls, retries, steering, dry runs."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+
+import pytest
+
+from switchboard.contracts import HandoffTriggered, RunCompleted, Topics
+from switchboard.contracts.enums import SteeringKind
+from switchboard.tool_catalog import (
+    CONVERSATION_HISTORY,
+    LIST_FOLLOWUPS,
+    REQUEST_HUMAN_HANDOFF,
+    SCHEDULE_FOLLOWUP,
+    SEARCH_CONTACTS,
+    SEND_WHATSAPP_MESSAGE,
+)
+from tests.integration.runner.harness import RunnerHarness, create_agent, inbound, run_request
+from tests.support.fake_llm import Call, Received, Reply, tool
+
+pytestmark = pytest.mark.integration
+
+
+def always_a_new_tool_call(**usage: int) -> object:
+    """A tool-happy model: always asks for a tool, each time with new input (no doom loop)."""
+    counter = itertools.count(1)
+
+    def script(_: Received) -> Reply:
+        return tool(SEARCH_CONTACTS, {"query": f"q{next(counter)}"}, **usage)
+
+    return script
+
+
+@pytest.mark.parametrize(
+    ("limits", "abort_reason"),
+    [
+        ({"max_steps": 3}, "max_steps_reached"),
+        ({"token_budget": 5_000}, "token_budget_exceeded"),
+        ({"cost_budget_micros": 10_000}, "cost_budget_exceeded"),
+    ],
+)
+async def test_each_budget_stops_a_tool_happy_model(
+    rh: RunnerHarness, limits: dict[str, int], abort_reason: str
+) -> None:
+    agent = create_agent(
+        rh.db, provider="anthropic", model="claude-sonnet-4-6", tool_ids=[SEARCH_CONTACTS], **limits  # type: ignore[arg-type]
+    )
+    rh.fake.script(always_a_new_tool_call(input_tokens=900, output_tokens=60))  # type: ignore[arg-type]
+    before = len(rh.fake.calls_to("anthropic"))
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Procure clientes")]))
+
+    assert row.status == "aborted"
+    assert row.abort_reason == abort_reason
+    assert row.error_family == "budgetExceeded" and row.vitality == "stalled"
+    assert row.final_text is None and row.would_send_to is None
+    version_budget = limits.get("cost_budget_micros", 500_000)
+    # Checked before every step: the cost budget is never exceeded, not even by one step.
+    assert row.cost_micros <= version_budget
+    assert row.tokens_in + row.tokens_out <= limits.get("token_budget", 50_000)
+    calls = len(rh.fake.calls_to("anthropic")) - before
+    assert row.steps_count == calls
+    if abort_reason == "max_steps_reached":
+        assert calls == 3
+    guard = [e for e in row.tool_calls if e["kind"] == "guard" and e["name"] == "budget_stop"]
+    assert guard and abort_reason in guard[0]["detail"]
+    completed = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted))
+    assert completed.abort_reason == abort_reason and completed.error_family == "budgetExceeded"
+
+
+async def test_cost_budget_lowers_the_output_cap_of_the_last_affordable_step(rh: RunnerHarness) -> None:
+    # Sonnet: $15 / M output. A 1-cent budget cannot pay 1024 output tokens (15,360 micros):
+    # the step runs with a lower cap instead of not at all, and the total stays within the budget.
+    agent = create_agent(rh.db, provider="anthropic", model="claude-sonnet-4-6", cost_budget_micros=10_000)
+    rh.fake.script([Reply(text="Oi!", input_tokens=500, output_tokens=30)])
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert row.status == "completed" and row.cost_micros <= 10_000
+    cap = rh.fake.calls_to("anthropic")[-1].body["max_tokens"]
+    assert 64 <= cap < 1024
+
+
+async def test_doom_loop_nudges_after_three_and_stops_after_five(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="openai", model="gpt-5-mini", tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script(lambda _: tool(SEARCH_CONTACTS, {"query": "same"}))
+    before = len(rh.fake.calls_to("openai"))
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Procure a Ana")]))
+
+    assert row.status == "aborted" and row.abort_reason == "looping" and row.vitality == "looping"
+    requests = rh.fake.calls_to("openai")[before:]
+    assert len(requests) == 6  # five executed identical calls, the sixth stops the run
+    nudge = "called crm_search_contacts 3 times in a row"
+    assert not any(nudge in json.dumps(r.body) for r in requests[:3])
+    assert nudge in json.dumps(requests[3].body)
+    tools = [e for e in row.tool_calls if e["kind"] == "tool"]
+    assert len(tools) == 6 and tools[-1]["is_error"] and "repeated" in tools[-1]["result"]
+    guards = [e["name"] for e in row.tool_calls if e["kind"] == "guard"]
+    assert "doom_loop_nudge" in guards and "tool_loop_suspicious" in guards
+
+
+@pytest.mark.parametrize("text", ["Quero FALAR com humano!", "pode ser uma pessoa reál?", "atendente, por favor"])
+async def test_handoff_keyword_makes_no_model_call(rh: RunnerHarness, text: str) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    before = len(rh.fake.received)
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, text)]))
+
+    assert len(rh.fake.received) == before
+    assert row.status == "handoff" and row.steps_count == 0 and row.error_family is None
+    handoff = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, HandoffTriggered))
+    assert handoff.trigger == "keyword" and handoff.matched_keyword is not None
+    completed = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted))
+    assert completed.status == "handoff" and completed.final_text is None and completed.would_send_to is None
+
+
+async def test_version_keywords_replace_the_defaults(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", handoff_keywords=["gerente"])
+    rh.fake.script([Reply(text="Claro!")])
+    assert (await rh.run(run_request(agent, [inbound(rh.db, agent, "Quero o GERENTE")]))).status == "handoff"
+    assert (await rh.run(run_request(agent, [inbound(rh.db, agent, "falar com humano")]))).status == "completed"
+
+
+async def test_handoff_by_tool(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", handoff_tool_enabled=True)
+    rh.fake.script([tool(REQUEST_HUMAN_HANDOFF, {"reason": "cliente irritado", "urgency": "high"})])
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Isso é um absurdo!")]))
+
+    assert row.status == "handoff" and row.vitality == "blocked" and row.error_family is None
+    offered = [t["name"] for t in rh.fake.calls_to("anthropic")[-1].body["tools"]]
+    assert offered == [REQUEST_HUMAN_HANDOFF]
+    handoff = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, HandoffTriggered))
+    assert (handoff.trigger, handoff.urgency, handoff.reason) == ("tool", "high", "cliente irritado")
+
+
+async def test_tool_server_down_hands_off_with_tool_failure(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script([Reply(text="warm-up")])  # the runner caches the tool list; the server then goes down
+    assert (await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))).status == "completed"
+    rh.fake.script([tool(SEARCH_CONTACTS, {"query": "Ana"}), Reply(text="never reached")])
+    await rh.stop_mcp()
+    try:
+        row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Procure a Ana")]))
+    finally:
+        await rh.start_mcp()
+    assert row.status == "handoff"
+    assert row.error_family == "toolFailure" and row.error_code == "tool_server_unavailable"
+    handoff = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, HandoffTriggered))
+    assert handoff.urgency == "high" and handoff.run_id == row.id
+    tools = [e for e in row.tool_calls if e["kind"] == "tool"]
+    assert tools and tools[-1]["error"] == "tool server unavailable"
+
+
+async def test_malformed_tool_arguments_go_back_to_the_model(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="openai", model="gpt-5-mini", tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script(
+        [
+            Reply(calls=(Call(SEARCH_CONTACTS, {}),), raw_arguments='{"query": "Ana"'),  # not JSON
+            Reply(calls=(Call(SEARCH_CONTACTS, {"limit": "many"}),)),  # JSON, wrong schema
+            Reply(text="Desculpe, tente de novo."),
+        ]
+    )
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Procure a Ana")]))
+    assert row.status == "completed"
+    tools = [e for e in row.tool_calls if e["kind"] == "tool"]
+    assert [t["is_error"] for t in tools] == [True, True]
+    assert "not valid JSON" in tools[0]["result"] and "query" in tools[1]["result"]
+    tool_messages = [m for m in rh.fake.calls_to("openai")[-1].body["messages"] if m["role"] == "tool"]
+    assert all(m["content"].startswith("ERROR:") for m in tool_messages)
+
+
+async def test_rate_limits_and_5xx_are_retried_with_backoff(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="google", model="gemini-2.5-flash")
+    rh.fake.script([Reply(status=429), Reply(status=503), Reply(text="Olá!")])
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert row.status == "completed" and row.steps_count == 1
+    model_steps = [e for e in row.tool_calls if e["kind"] == "model"]
+    assert model_steps[0]["attempts"] == 3
+
+
+async def test_transient_errors_after_all_attempts_fail_as_transient_upstream(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    rh.fake.script(lambda _: Reply(status=529))
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert row.status == "failed" and row.error_family == "transientUpstream"
+    assert row.error_code == "provider_server_error"
+
+
+async def test_invalid_key_fails_with_a_clear_code_and_marks_the_credential_invalid(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="openai", model="gpt-5-mini")
+    rh.fake.script([Reply(status=401)])
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert row.status == "failed" and row.error_code == "provider_auth_invalid"
+    assert len(rh.fake.calls_to("openai")) >= 1
+    status = rh.scalar(
+        agent.org_id, "SELECT validation_status FROM ai_provider_credentials WHERE id = :id", id=agent.credential_id
+    )
+    assert status == "invalid"
+
+
+async def test_org_default_credential_is_used_when_the_version_has_none(rh: RunnerHarness) -> None:
+    agent = create_agent(
+        rh.db, provider="anthropic", model="claude-haiku-4-5", api_key="org-default-key-1", credential_on_version=False
+    )
+    rh.fake.script([Reply(text="ok")])
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert row.status == "completed"
+    assert "org-default-key-1" in json.dumps(rh.fake.calls_to("anthropic")[-1].headers)
+
+
+async def test_no_key_anywhere_fails_with_no_credential(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", api_key=None)
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert row.status == "failed" and row.error_code == "no_credential"
+
+
+async def test_steering_guidance_joins_at_the_next_turn_and_interrupt_stops(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEARCH_CONTACTS])
+    steps = itertools.count(1)
+
+    def slow_tools(_: Received) -> Reply:
+        return Reply(calls=(Call(SEARCH_CONTACTS, {"query": f"q{next(steps)}"}),), delay_s=0.5)
+
+    rh.fake.script(slow_tools)
+    request = run_request(agent, [inbound(rh.db, agent, "Procure clientes")])
+    before = len(rh.fake.received)
+    await rh.submit(request)
+    await _until(lambda: len(rh.fake.received) > before)
+    await rh.submit_steering(request, SteeringKind.GUIDANCE, "Na verdade, procure o Bruno")
+    await _until(lambda: "procure o Bruno" in json.dumps(rh.fake.received[-1].body), timeout_s=10)
+    await rh.submit_steering(request, SteeringKind.INTERRUPT, "")
+    row = await rh.wait_run(request)
+    assert row.status == "aborted" and row.abort_reason == "interrupted"
+    # Every tool call the model made has a result in the trace.
+    assert all(e["result"] is not None for e in row.tool_calls if e["kind"] == "tool")
+
+
+async def test_dry_run_executes_no_write_and_is_recorded_as_such(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEND_WHATSAPP_MESSAGE])
+    rh.fake.script([tool(SEND_WHATSAPP_MESSAGE, {"text": "Promoção!"}), Reply(text="Feito.")])
+    request = run_request(agent, [inbound(rh.db, agent, "Oi")], dry_run=True)
+    row = await rh.run(request)
+    assert row.status == "completed" and row.is_dry_run
+    assert "not_sent" in next(e for e in row.tool_calls if e["kind"] == "tool")["result"]
+    outbound = rh.scalar(
+        agent.org_id,
+        "SELECT count(*) FROM messages WHERE conversation_id = :c AND direction = 'outbound'",
+        c=agent.conversation_id,
+    )
+    assert outbound == 0
+    completed = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted))
+    assert completed.dry_run and completed.actions_executed == ()
+
+
+async def test_write_tool_records_an_outbound_intent_and_an_executed_action(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEND_WHATSAPP_MESSAGE])
+    rh.fake.script([tool(SEND_WHATSAPP_MESSAGE, {"text": "Segue o catálogo."}), Reply(text="Enviei.")])
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert row.status == "completed"
+    pending = rh.scalar(
+        agent.org_id,
+        "SELECT delivery_status FROM messages WHERE conversation_id = :c AND direction = 'outbound' AND run_id = :r",
+        c=agent.conversation_id,
+        r=row.id,
+    )
+    assert pending == "pending"
+    completed = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted))
+    assert [a.tool_name for a in completed.actions_executed] == [SEND_WHATSAPP_MESSAGE]
+
+
+async def test_follow_up_creation_is_offered_only_when_callbacks_are_enabled(rh: RunnerHarness) -> None:
+    tools = [SCHEDULE_FOLLOWUP, LIST_FOLLOWUPS, CONVERSATION_HISTORY]
+    rh.fake.script([Reply(text="ok")])
+    on = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=tools)
+    await rh.run(run_request(on, [inbound(rh.db, on, "Oi")]))
+    offered_on = [t["name"] for t in rh.fake.calls_to("anthropic")[-1].body["tools"]]
+    off = create_agent(
+        rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=tools, followup={"callback_enabled": False}
+    )
+    await rh.run(run_request(off, [inbound(rh.db, off, "Oi")]))
+    offered_off = [t["name"] for t in rh.fake.calls_to("anthropic")[-1].body["tools"]]
+    assert SCHEDULE_FOLLOWUP in offered_on
+    assert offered_off == [LIST_FOLLOWUPS, CONVERSATION_HISTORY]
+
+
+async def test_schedule_followup_through_the_tool_server(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SCHEDULE_FOLLOWUP])
+    rh.fake.script(
+        [tool(SCHEDULE_FOLLOWUP, {"reason": "ligar amanhã", "due_in_minutes": 1440}), Reply(text="Combinado!")]
+    )
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Me liga amanhã")]))
+    assert row.status == "completed"
+    reason = rh.scalar(
+        agent.org_id,
+        "SELECT reason FROM scheduled_followups WHERE conversation_id = :c AND created_by_run_id = :r",
+        c=agent.conversation_id,
+        r=row.id,
+    )
+    assert reason == "ligar amanhã"
+
+
+async def test_history_reaches_the_model(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="openai", model="gpt-5-mini")
+    inbound(rh.db, agent, "Meu nome é Carla")
+    inbound(rh.db, agent, "Prazer, Carla!", direction="outbound")
+    rh.fake.script([Reply(text="ok")])
+    await rh.run(run_request(agent, [inbound(rh.db, agent, "Qual é o meu nome?")]))
+    messages = rh.fake.calls_to("openai")[-1].body["messages"]
+    assert [(m["role"], m["content"]) for m in messages[1:]] == [
+        ("user", "Meu nome é Carla"),
+        ("assistant", "Prazer, Carla!"),
+        ("user", "Qual é o meu nome?"),
+    ]
+
+
+async def test_heartbeats_are_sent_while_a_run_is_in_flight(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    rh.fake.script([Reply(text="devagar", delay_s=2.5)])
+    request = run_request(agent, [inbound(rh.db, agent, "Oi")])
+    await rh.run(request)
+    beats = await rh.topic_records(Topics.RUN_HEARTBEATS, run_id=request.run_id, min_count=2)
+    assert len(beats) >= 2 and all(b.runner_id == rh.settings().runner_id for _, b in beats)
+
+
+async def _until(condition: object, timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():  # type: ignore[operator]
+        if loop.time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+

@@ -1,0 +1,200 @@
+"""The runtime around the loop: secrets, concurrency, back-pressure, shutdown, recovery, redelivery."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from switchboard.contracts import RunCompleted, Topics
+from switchboard.db.models import AiAgentRun, Contact, Conversation
+from switchboard.db.session import tenant_transaction
+from switchboard.observability.logging import JsonFormatter
+from switchboard.settings import KafkaSettings
+from switchboard.tool_catalog import SEARCH_CONTACTS
+from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, harness, inbound, run_request
+from tests.support.fake_llm import Received, Reply, tool
+from tests.support.stack import StackEndpoints
+
+pytestmark = pytest.mark.integration
+
+
+async def test_planted_canary_key_appears_in_no_log_event_record_or_trace(
+    rh: RunnerHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    canary = f"canary-{uuid.uuid4().hex}"
+    caplog.set_level(logging.DEBUG)
+    agent = create_agent(rh.db, provider="openai", model="gpt-5-mini", api_key=canary, tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script(
+        [
+            tool(SEARCH_CONTACTS, {"query": "Ana"}),
+            Reply(text="Pronto."),
+            # The provider echoes the key in its error, as OpenAI does ("Incorrect API key provided: ...").
+            Reply(status=401, error_body={"error": {"message": f"Incorrect API key provided: {canary}"}}),
+        ]
+    )
+    ok = run_request(agent, [inbound(rh.db, agent, "Procure a Ana")])
+    row_ok = await rh.run(ok)
+    bad = run_request(agent, [inbound(rh.db, agent, "Oi de novo")])
+    row_bad = await rh.run(bad)
+    assert row_ok.status == "completed" and row_bad.status == "failed"
+    # The key really was used.
+    assert any(canary in json.dumps(r.headers) for r in rh.fake.calls_to("openai"))
+
+    formatter = JsonFormatter("runner")
+    lines = [formatter.format(record) for record in caplog.records]
+    assert lines and not [line for line in lines if canary in line]
+    assert not [r for r in caplog.records if canary in repr(vars(r))]
+
+    for request, row in ((ok, row_ok), (bad, row_bad)):
+        events = await rh.topic_records(Topics.RUN_EVENTS, run_id=request.run_id, min_count=2)
+        assert events and not [raw for raw, _ in events if canary.encode() in raw]
+        text_columns = json.dumps([row.tool_calls, row.error_message, row.summary, row.final_text], default=str)
+        assert canary not in text_columns
+    heartbeats = await rh.topic_records(Topics.RUN_HEARTBEATS, timeout_s=1.0, min_count=0)
+    assert not [raw for raw, _ in heartbeats if canary.encode() in raw]
+    outbox = rh.outbox_raw(agent.conversation_id)
+    assert len(outbox) == 4 and not [p for p in outbox if canary.encode() in p]
+
+
+async def test_the_same_run_delivered_twice_runs_once(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    rh.fake.script([Reply(text="uma vez", delay_s=0.3)])
+    request = run_request(agent, [inbound(rh.db, agent, "Oi")])
+    before = len(rh.fake.calls_to("anthropic"))
+    await rh.submit(request)
+    await rh.submit(request)
+    await rh.wait_run(request)
+    await rh.submit(request)  # after it finished, too
+    await asyncio.sleep(1.0)
+    assert len(rh.fake.calls_to("anthropic")) - before == 1
+    completed = [r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted)]
+    assert len(completed) == 1
+
+
+async def test_recovery_attempt_closes_the_lost_parent_and_completes(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    message = inbound(rh.db, agent, "Oi")
+    parent = run_request(agent, [message])
+    # A runner that died mid-run: its row stays 'running' and nothing else happens.
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        session.add(
+            AiAgentRun(
+                id=parent.run_id,
+                org_id=agent.org_id,
+                agent_id=agent.agent_id,
+                agent_version_id=agent.version_id,
+                conversation_id=agent.conversation_id,
+                status="running",
+            )
+        )
+    rh.fake.script([Reply(text="resposta da tentativa 2")])
+    retry = run_request(agent, [message], attempt=2, parent_run_id=parent.run_id)
+    row = await rh.run(retry)
+    assert row.status == "completed" and row.attempt == 2 and row.parent_run_id == parent.run_id
+    lost = rh.run_row(parent)
+    assert lost is not None
+    assert (lost.status, lost.vitality, lost.error_family) == ("failed", "dead", "processLost")
+
+
+async def test_300_concurrent_runs_against_a_slow_model_all_complete(rh: RunnerHarness) -> None:
+    agents = [create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5") for _ in range(30)]
+    rh.fake.script(lambda _: Reply(text="ok", delay_s=1.0))
+    requests = []
+    for i in range(300):
+        agent = agents[i % len(agents)]
+        # One active run per conversation: give each run its own conversation of the agent's org.
+        requests.append(run_request(_fresh_conversation(rh, agent), []))
+    started = time.monotonic()
+    await asyncio.gather(*(rh.submit(r) for r in requests))
+    rows = await asyncio.gather(*(rh.wait_run(r, timeout_s=90) for r in requests))
+    elapsed = time.monotonic() - started
+    assert [r.status for r in rows].count("completed") == 300
+    # Concurrency, not a queue: 300 one-second calls in far less than 300 seconds.
+    assert elapsed < 60, elapsed
+
+
+async def test_in_flight_cap_applies_back_pressure(
+    stack: StackEndpoints, migrated: None, module_kafka: KafkaSettings
+) -> None:
+    async with harness(stack.database_url, module_kafka, max_in_flight=2) as small:
+        active = 0
+        peak = 0
+        lock = asyncio.Lock()
+
+        def script(_: Received) -> Reply:
+            return Reply(text="ok", delay_s=0.4)
+
+        original = small.fake._answer
+
+        async def tracked(provider: str, request: Any, model: str) -> Any:
+            nonlocal active, peak
+            async with lock:
+                active += 1
+                peak = max(peak, active)
+            try:
+                return await original(provider, request, model)
+            finally:
+                active -= 1
+
+        small.fake.script(script)
+        small.fake._answer = tracked  # type: ignore[method-assign]
+        agent = create_agent(small.db, provider="anthropic", model="claude-haiku-4-5")
+        requests = [run_request(_fresh_conversation(small, agent), []) for _ in range(8)]
+        for r in requests:
+            await small.submit(r)
+        rows = [await small.wait_run(r, timeout_s=60) for r in requests]
+        assert all(r.status == "completed" for r in rows)
+        assert peak <= 2
+
+
+async def test_shutdown_hands_back_runs_that_do_not_finish_in_time(
+    stack: StackEndpoints, migrated: None, module_kafka: KafkaSettings
+) -> None:
+    async with harness(stack.database_url, module_kafka, shutdown_grace_s=0.5) as h:
+        agent = create_agent(h.db, provider="anthropic", model="claude-haiku-4-5")
+        h.fake.script([Reply(text="too slow", delay_s=20)])
+        request = run_request(agent, [inbound(h.db, agent, "Oi")])
+        await h.submit(request)
+        deadline = time.monotonic() + 20
+        while (row := h.run_row(request)) is None or row.status != "running":
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        await h.stop_runner()
+        row = h.run_row(request)
+        assert row is not None
+        assert (row.status, row.vitality, row.error_family, row.error_code) == (
+            "failed",
+            "dead",
+            "processLost",
+            "runner_shutdown",
+        )
+        # No run_completed: the dispatcher's lease expires and it re-dispatches (attempt + 1).
+        assert not [r for _, r in h.outbox(agent.conversation_id) if isinstance(r, RunCompleted)]
+        await h.start_runner()
+
+
+def _fresh_conversation(rh: RunnerHarness, agent: Agent) -> Agent:
+    """A copy of ``agent`` with a new conversation (and contact) in the same org."""
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        contact = Contact(org_id=agent.org_id, external_id=f"{uuid.uuid4().hex[:12]}@c.us")
+        session.add(contact)
+        session.flush()
+        conversation = Conversation(
+            org_id=agent.org_id,
+            channel_session_id=agent.channel_session_id,
+            contact_id=contact.id,
+            chat_id=contact.external_id,
+        )
+        session.add(conversation)
+        session.flush()
+        return dataclasses.replace(
+            agent, conversation_id=conversation.id, contact_id=contact.id, chat_id=contact.external_id
+        )

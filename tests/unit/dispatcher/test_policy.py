@@ -1,0 +1,523 @@
+"""The conversation state machine: policies, run life cycle, limits, idempotency (pure)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import pytest
+
+from services.dispatcher.agents import AgentIndex
+from services.dispatcher.limits import Admission
+from services.dispatcher.policy import PolicyConfig, apply
+from services.dispatcher.state import ConversationState, Transition
+from switchboard.contracts import (
+    ConcurrencyPolicy,
+    DispatchDecided,
+    DispatcherTick,
+    DispatchOutcome,
+    ErrorFamily,
+    PublishedChange,
+    Record,
+    RunCompleted,
+    RunRequested,
+    RunStatus,
+    SteeringKind,
+    SteeringMessage,
+    Topics,
+    WakeReason,
+)
+from tests.unit.dispatcher.builders import (
+    CONVERSATION,
+    ORG,
+    T0,
+    completed,
+    context,
+    dispatch,
+    granted,
+    heartbeat,
+    index_of,
+    published,
+    snapshot,
+    started,
+)
+
+FAST = PolicyConfig(lease_s=30.0, max_attempts=3, reply_interval_s=0.0)
+FIVE_S = PolicyConfig(lease_s=30.0, max_attempts=3, reply_interval_s=5.0)
+
+
+def tick(at: datetime) -> DispatcherTick:
+    return DispatcherTick(org_id=ORG, conversation_id=CONVERSATION, due_at=at, worker_id="test")
+
+
+class Conv:
+    """Drives one conversation through the state machine, keeping its state between events."""
+
+    def __init__(self, index: AgentIndex, config: PolicyConfig = FAST) -> None:
+        self.index = index
+        self.config = config
+        self.state: ConversationState | None = None
+
+    def send(
+        self,
+        record: Record,
+        *,
+        at: datetime = T0,
+        admission: Admission | None = None,
+        over_budget: dict[uuid.UUID, str] | None = None,
+    ) -> Transition:
+        ctx = context(self.index, now=at, admission=admission, config=self.config, over_budget=over_budget)
+        # Round-trip through bytes, as the table does: what is not serialized is not state.
+        state = ConversationState.from_bytes(self.state.to_bytes()) if self.state is not None else None
+        result = apply(state, record, ctx)
+        self.state = result.state
+        return result
+
+    @property
+    def active(self):  # type: ignore[no-untyped-def]
+        assert self.state is not None
+        return self.state.active
+
+
+def outcomes(t: Transition) -> list[DispatchOutcome]:
+    return [d.outcome for d in t.decisions]
+
+
+def runs(t: Transition) -> list[RunRequested]:
+    return [e.record for e in t.outputs if e.topic is Topics.RUN_REQUESTED]  # type: ignore[misc]
+
+
+def steering(t: Transition) -> list[SteeringMessage]:
+    return [e.record for e in t.outputs if e.topic is Topics.STEERING]  # type: ignore[misc]
+
+
+def start_busy(policy: ConcurrencyPolicy, config: PolicyConfig = FAST) -> tuple[Conv, RunRequested]:
+    conv = Conv(index_of(snapshot(1, policy=policy)), config)
+    first = conv.send(dispatch("primeira"))
+    assert outcomes(first) == [DispatchOutcome.DISPATCHED]
+    (run,) = runs(first)
+    return conv, run
+
+
+# --------------------------------------------------------------------------- a table: one message while busy
+
+
+@dataclass(frozen=True)
+class BusyCase:
+    policy: ConcurrencyPolicy
+    outcome: DispatchOutcome
+    steering_kind: SteeringKind | None
+    pending: int
+    run_dispatches: int
+
+
+BUSY_CASES = [
+    BusyCase(ConcurrencyPolicy.ENQUEUE, DispatchOutcome.QUEUED, None, 1, 1),
+    BusyCase(ConcurrencyPolicy.STEER, DispatchOutcome.STEERED, SteeringKind.GUIDANCE, 0, 2),
+    BusyCase(ConcurrencyPolicy.INTERRUPT, DispatchOutcome.INTERRUPTED, SteeringKind.INTERRUPT, 1, 1),
+    BusyCase(ConcurrencyPolicy.REJECT, DispatchOutcome.CONV_BUSY, None, 0, 1),
+]
+
+
+@pytest.mark.parametrize("case", BUSY_CASES, ids=lambda c: c.policy.value)
+def test_a_message_for_a_busy_conversation_follows_the_active_runs_policy(case: BusyCase) -> None:
+    conv, run = start_busy(case.policy)
+    second = conv.send(dispatch("segunda"), at=T0 + timedelta(seconds=1))
+    assert outcomes(second) == [case.outcome]
+    assert second.decisions[0].run_id == run.run_id  # the decision names the run it met
+    assert runs(second) == [], "never a second run while one is active"
+    kinds = [s.kind for s in steering(second)]
+    assert kinds == ([case.steering_kind] if case.steering_kind else [])
+    for message in steering(second):
+        assert message.run_id == run.run_id
+    assert conv.state is not None
+    assert len(conv.state.pending) == case.pending
+    assert len(conv.active.dispatches) == case.run_dispatches
+
+
+def test_free_conversation_dispatches_at_once_with_a_fresh_run() -> None:
+    conv = Conv(index_of(snapshot(1)))
+    d = dispatch()
+    t = conv.send(d)
+    (run,) = runs(t)
+    assert (run.attempt, run.parent_run_id, run.wake_reason) == (1, None, WakeReason.USER_MESSAGE)
+    assert run.messages == (d.message,) and run.dispatch_ids == (d.event_id,)
+    assert conv.active.run_id == run.run_id
+    assert conv.active.lease_expires_at == T0 + timedelta(seconds=30)
+    (decision,) = t.decisions
+    assert (decision.outcome, decision.run_id, decision.agent_id) == (
+        DispatchOutcome.DISPATCHED,
+        run.run_id,
+        run.agent_id,
+    )
+    assert t.arrivals == [DispatchOutcome.DISPATCHED]
+
+
+def test_no_match_records_why_each_candidate_was_rejected() -> None:
+    from switchboard.contracts import TriggerConfig
+
+    conv = Conv(index_of(snapshot(1, trigger=TriggerConfig(event_types=("message",), keyword_regex="boleto"))))
+    t = conv.send(dispatch("quero agendar"))
+    (decision,) = t.decisions
+    assert decision.outcome is DispatchOutcome.NO_MATCH and decision.run_id is None
+    assert '"result":"keyword_regex"' in decision.details_json
+    assert conv.state is not None and conv.state.active is None
+
+
+# --------------------------------------------------------------------------- enqueue: coalescing
+
+
+def test_enqueue_coalesces_waiting_messages_into_one_follow_up_run() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE)
+    waiting = [dispatch(f"m{i}") for i in range(3)]
+    for i, d in enumerate(waiting):
+        assert outcomes(conv.send(d, at=T0 + timedelta(seconds=i + 1))) == [DispatchOutcome.QUEUED]
+    done = conv.send(completed(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=10))
+    (follow_up,) = runs(done)
+    assert follow_up.messages == tuple(d.message for d in waiting)
+    assert follow_up.dispatch_ids == tuple(d.event_id for d in waiting)
+    assert outcomes(done) == [DispatchOutcome.DISPATCHED] * 3
+    assert {d.run_id for d in done.decisions} == {follow_up.run_id}
+    assert follow_up.run_id != run.run_id and follow_up.attempt == 1 and follow_up.parent_run_id is None
+    assert conv.state is not None and conv.state.pending == []
+    # ... and when that one completes with nothing waiting, the conversation is free.
+    free = conv.send(completed(follow_up.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=20))
+    assert runs(free) == [] and conv.state is not None and conv.state.active is None
+
+
+def test_queued_messages_go_to_another_agent_when_theirs_was_paused_meanwhile() -> None:
+    first, second = snapshot(1, priority=10), snapshot(2)
+    conv = Conv(index_of(first, second))
+    (run,) = runs(conv.send(dispatch("a")))
+    conv.send(dispatch("b"))
+    conv.index.apply(published(first, change=PublishedChange.PAUSED))
+    (follow_up,) = runs(conv.send(completed(run.run_id, run.agent_id, run.version_id)))
+    assert follow_up.agent_id == second.agent_id
+
+
+def test_queued_messages_get_no_match_when_no_agent_is_left() -> None:
+    only = snapshot(1)
+    conv = Conv(index_of(only))
+    (run,) = runs(conv.send(dispatch("a")))
+    conv.send(dispatch("b"))
+    conv.index.apply(published(only, change=PublishedChange.ARCHIVED))
+    done = conv.send(completed(run.run_id, run.agent_id, run.version_id))
+    assert runs(done) == [] and outcomes(done) == [DispatchOutcome.NO_MATCH]
+
+
+# --------------------------------------------------------------------------- steer
+
+
+def test_steer_a_message_the_run_never_consumed_gets_a_follow_up_run() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.STEER)
+    late = dispatch("e amanhã?")
+    conv.send(late)
+    first_message = run.messages[0].message_id
+    done = conv.send(completed(run.run_id, run.agent_id, run.version_id, message_ids=(first_message,)))
+    (follow_up,) = runs(done)
+    assert follow_up.messages == (late.message,)
+
+
+@pytest.mark.parametrize("listed", ["all", "none"])
+def test_steer_a_consumed_or_unreported_message_is_answered_by_the_run(listed: str) -> None:
+    conv, run = start_busy(ConcurrencyPolicy.STEER)
+    late = dispatch("e amanhã?")
+    conv.send(late)
+    assert late.message is not None
+    ids = (run.messages[0].message_id, late.message.message_id) if listed == "all" else ()
+    done = conv.send(completed(run.run_id, run.agent_id, run.version_id, message_ids=ids))
+    assert runs(done) == []
+
+
+def test_steer_without_a_message_is_queued() -> None:
+    conv, _ = start_busy(ConcurrencyPolicy.STEER)
+    t = conv.send(dispatch(wake=WakeReason.ASSIGNMENT, target=snapshot(1).agent_id))
+    assert outcomes(t) == [DispatchOutcome.QUEUED]
+
+
+def test_a_recovery_attempt_answers_steered_messages_too() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.STEER)
+    late = dispatch("e amanhã?")
+    conv.send(late)
+    (retry,) = runs(conv.send(tick(T0), at=T0 + timedelta(seconds=31)))
+    assert retry.messages == (run.messages[0], late.message)
+
+
+# --------------------------------------------------------------------------- interrupt
+
+
+def test_interrupt_stops_once_then_one_new_run_answers_every_message() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.INTERRUPT)
+    b, c = dispatch("b"), dispatch("c")
+    first = conv.send(b)
+    second = conv.send(c)
+    assert [s.kind for s in steering(first)] == [SteeringKind.INTERRUPT]
+    assert steering(second) == [], "one interrupt per run"
+    assert outcomes(second) == [DispatchOutcome.INTERRUPTED]
+    stopped = conv.send(completed(run.run_id, run.agent_id, run.version_id, status=RunStatus.ABORTED))
+    (restart,) = runs(stopped)
+    assert restart.messages == (run.messages[0], b.message, c.message)
+    assert restart.parent_run_id == run.run_id, "the new run continues the interrupted one"
+    assert restart.attempt == 1
+
+
+def test_interrupt_that_came_too_late_only_answers_the_new_messages() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.INTERRUPT)
+    b = dispatch("b")
+    conv.send(b)
+    done = conv.send(completed(run.run_id, run.agent_id, run.version_id, status=RunStatus.COMPLETED))
+    (follow_up,) = runs(done)
+    assert follow_up.messages == (b.message,) and follow_up.parent_run_id is None
+
+
+# --------------------------------------------------------------------------- reject, handoff, dry runs, budget
+
+
+def test_reject_keeps_nothing_and_the_run_completes_alone() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.REJECT)
+    conv.send(dispatch("b"))
+    done = conv.send(completed(run.run_id, run.agent_id, run.version_id))
+    assert runs(done) == [] and outcomes(done) == []
+
+
+def test_a_handoff_leaves_waiting_messages_to_the_humans() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE)
+    conv.send(dispatch("b"))
+    done = conv.send(completed(run.run_id, run.agent_id, run.version_id, status=RunStatus.HANDOFF))
+    assert runs(done) == []
+    assert outcomes(done) == [DispatchOutcome.CONV_BUSY]
+    assert done.decisions[0].reason == "conversation handed off to humans"
+
+
+def test_dry_runs_bypass_the_busy_check_and_are_not_tracked() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.REJECT)
+    t = conv.send(dispatch("teste", dry_run=True))
+    (dry,) = runs(t)
+    assert dry.dry_run and dry.run_id != run.run_id
+    assert outcomes(t) == [DispatchOutcome.DISPATCHED] and t.decisions[0].dry_run
+    assert t.arrivals == [], "tests do not count in the no-match rate"
+    assert conv.active.run_id == run.run_id, "the live run stays the active one"
+    # Its life cycle events change nothing.
+    conv.send(completed(dry.run_id, dry.agent_id, dry.version_id, dry_run=True))
+    assert conv.active.run_id == run.run_id
+
+
+def test_dry_run_of_a_draft_version() -> None:
+    draft = uuid.uuid4()
+    conv = Conv(index_of(snapshot(1)))
+    (run,) = runs(conv.send(dispatch(dry_run=True, target=snapshot(1).agent_id, target_version=draft)))
+    assert run.version_id == draft and run.dry_run
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_over_budget_refuses_and_keeps_nothing(dry_run: bool) -> None:
+    conv = Conv(index_of(snapshot(1)))
+    t = conv.send(dispatch(dry_run=dry_run), over_budget={ORG: "cost"})
+    assert runs(t) == [] and outcomes(t) == [DispatchOutcome.BUDGET_EXCEEDED]
+    assert "cost" in (t.decisions[0].reason or "")
+    assert conv.state is not None and conv.state.pending == [] and conv.state.active is None
+
+
+def test_queued_messages_are_refused_when_the_budget_ran_out_meanwhile() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE)
+    conv.send(dispatch("b"))
+    done = conv.send(completed(run.run_id, run.agent_id, run.version_id), over_budget={ORG: "tokens"})
+    assert runs(done) == [] and outcomes(done) == [DispatchOutcome.BUDGET_EXCEEDED]
+
+
+# --------------------------------------------------------------------------- idempotency
+
+
+def test_a_replayed_dispatch_changes_nothing() -> None:
+    conv = Conv(index_of(snapshot(1)))
+    d = dispatch()
+    conv.send(d)
+    before = conv.state.to_bytes() if conv.state else b""
+    again = conv.send(d, at=T0 + timedelta(seconds=2))
+    assert runs(again) == [] and again.decisions == []
+    assert conv.state is not None
+    assert conv.state.model_copy(update={"updated_at": T0}).to_bytes() == before
+
+
+def test_the_same_message_under_another_event_id_is_the_same_dispatch() -> None:
+    conv = Conv(index_of(snapshot(1)))
+    d = dispatch()
+    conv.send(d)
+    twin = d.model_copy(update={"event_id": uuid.uuid4()})
+    assert conv.send(twin).decisions == []
+
+
+@pytest.mark.parametrize("late", ["started", "heartbeat", "completed"])
+def test_events_of_a_closed_run_change_nothing(late: str) -> None:
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE)
+    conv.send(completed(run.run_id, run.agent_id, run.version_id))
+    (second,) = runs(conv.send(dispatch("b"), at=T0 + timedelta(seconds=1)))
+    lease = conv.active.lease_expires_at
+    event = {
+        "started": started(run.run_id, run.agent_id, run.version_id),
+        "heartbeat": heartbeat(run.run_id, run.agent_id),
+        "completed": completed(run.run_id, run.agent_id, run.version_id),
+    }[late]
+    t = conv.send(event, at=T0 + timedelta(seconds=20))
+    assert t.decisions == [] and t.outputs == []
+    assert conv.active.run_id == second.run_id and conv.active.lease_expires_at == lease
+
+
+def test_replayed_run_started_is_harmless() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE)
+    for _ in range(2):
+        assert conv.send(started(run.run_id, run.agent_id, run.version_id)).outputs == []
+    assert conv.active.started
+
+
+def test_recomputing_from_the_same_state_yields_the_same_ids() -> None:
+    index = index_of(snapshot(1))
+    d = dispatch()
+    a = apply(None, d, context(index))
+    b = apply(None, d, context(index))
+    assert [r.run_id for r in runs(a)] == [r.run_id for r in runs(b)]
+    assert [x.event_id for x in a.decisions] == [x.event_id for x in b.decisions]
+
+
+def test_events_about_an_unknown_conversation_create_no_state() -> None:
+    for event in (tick(T0), heartbeat(uuid.uuid4(), uuid.uuid4())):
+        t = apply(None, event, context(AgentIndex()))
+        assert t.state is None and t.outputs == [] and t.decisions == []
+
+
+# --------------------------------------------------------------------------- leases and recovery
+
+
+def test_a_heartbeat_extends_the_lease() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE)
+    conv.send(started(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=1))
+    conv.send(heartbeat(run.run_id, run.agent_id), at=T0 + timedelta(seconds=25))
+    assert conv.active.lease_expires_at == T0 + timedelta(seconds=55)
+    assert conv.send(tick(T0), at=T0 + timedelta(seconds=40)).outputs == []
+
+
+def test_lease_expiry_recovers_with_attempt_plus_one_and_the_parent_then_process_lost() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE)
+    waiting = dispatch("b")
+    conv.send(waiting)
+    lineage = [run]
+    at = T0
+    for attempt in (2, 3):
+        at += timedelta(seconds=31)
+        t = conv.send(tick(at), at=at)
+        (retry,) = runs(t)
+        assert (retry.attempt, retry.parent_run_id) == (attempt, lineage[-1].run_id)
+        assert retry.wake_reason is WakeReason.RECOVERY and retry.wake_context.run_id == lineage[-1].run_id
+        assert retry.messages == run.messages, "the same messages, not the waiting ones"
+        assert outcomes(t) == [DispatchOutcome.RECOVERED]
+        lineage.append(retry)
+    at += timedelta(seconds=31)
+    t = conv.send(tick(at), at=at)
+    lost = [e.record for e in t.outputs if e.topic is Topics.RUN_COMPLETED]
+    assert len(lost) == 1 and isinstance(lost[0], RunCompleted)
+    assert (lost[0].run_id, lost[0].status, lost[0].error_family) == (
+        lineage[-1].run_id,
+        RunStatus.FAILED,
+        ErrorFamily.PROCESS_LOST,
+    )
+    assert lost[0].attempt == 3
+    # The conversation is free again, and what waited is dispatched at once.
+    (follow_up,) = runs(t)
+    assert follow_up.messages == (waiting.message,)
+    assert outcomes(t) == [DispatchOutcome.LOST, DispatchOutcome.DISPATCHED]
+    # A late completion of any lost attempt changes nothing.
+    for old in lineage:
+        assert conv.send(completed(old.run_id, old.agent_id, old.version_id), at=at).outputs == []
+
+
+def test_a_run_handed_back_by_its_runner_is_recovered_at_once() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE)
+    handed_back = completed(
+        run.run_id, run.agent_id, run.version_id, status=RunStatus.FAILED, error_family=ErrorFamily.PROCESS_LOST
+    )
+    (retry,) = runs(conv.send(handed_back, at=T0 + timedelta(seconds=2)))
+    assert (retry.attempt, retry.parent_run_id) == (2, run.run_id)
+
+
+def test_a_tick_before_the_lease_expires_does_nothing() -> None:
+    conv, _ = start_busy(ConcurrencyPolicy.ENQUEUE)
+    assert conv.send(tick(T0), at=T0 + timedelta(seconds=29)).outputs == []
+
+
+# --------------------------------------------------------------------------- limits: 5 s rule, org rate limit
+
+
+def test_one_reply_per_agent_and_conversation_per_five_seconds() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE, FIVE_S)
+    conv.send(completed(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=1))
+    early = conv.send(dispatch("b"), at=T0 + timedelta(seconds=2))
+    assert runs(early) == [] and outcomes(early) == [DispatchOutcome.RATE_LIMITED]
+    assert early.decisions[0].not_before == T0 + timedelta(seconds=5)
+    joined = conv.send(dispatch("c"), at=T0 + timedelta(seconds=3))
+    assert runs(joined) == [] and outcomes(joined) == [DispatchOutcome.RATE_LIMITED]
+    assert conv.send(tick(T0), at=T0 + timedelta(seconds=4)).outputs == []
+    due = conv.send(tick(T0), at=T0 + timedelta(seconds=5))
+    (run2,) = runs(due)
+    assert len(run2.messages) == 2
+    assert outcomes(due) == [DispatchOutcome.DISPATCHED] * 2
+
+
+def test_enqueued_follow_up_waits_for_the_five_second_rule() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE, FIVE_S)
+    conv.send(dispatch("b"), at=T0 + timedelta(seconds=1))
+    done = conv.send(completed(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=2))
+    assert runs(done) == [] and outcomes(done) == [DispatchOutcome.RATE_LIMITED]
+    assert len(runs(conv.send(tick(T0), at=T0 + timedelta(seconds=5)))) == 1
+
+
+def test_org_rate_limit_defers_and_retries_never_drops() -> None:
+    conv = Conv(index_of(snapshot(1)))
+    window_end = T0 + timedelta(seconds=60)
+    refused = conv.send(dispatch("a"), admission=granted(0, window_end=window_end))
+    assert runs(refused) == [] and outcomes(refused) == [DispatchOutcome.RATE_LIMITED]
+    assert refused.decisions[0].not_before == window_end
+    assert conv.state is not None and conv.state.not_before == window_end
+    # Still refused at the retry: no second rate_limited record for the same dispatch.
+    again = conv.send(tick(T0), at=window_end, admission=granted(0, window_end=window_end + timedelta(seconds=60)))
+    assert again.decisions == [] and conv.state is not None and len(conv.state.pending) == 1
+    later = window_end + timedelta(seconds=60)
+    admitted = conv.send(tick(T0), at=later, admission=granted(1, window_end=later + timedelta(seconds=60)))
+    assert len(runs(admitted)) == 1 and outcomes(admitted) == [DispatchOutcome.DISPATCHED]
+
+
+def test_admission_counts_demand_per_org_and_stops_at_the_grant() -> None:
+    unlimited = Admission.unlimited()
+    assert all(unlimited.try_take(ORG) for _ in range(5)) and unlimited.demand == {ORG: 5}
+    limited = granted(2)
+    assert [limited.try_take(ORG) for _ in range(3)] == [True, True, False]
+    mark = limited.checkpoint()
+    limited.try_take(ORG)
+    limited.rollback(mark)
+    assert limited.demand == {ORG: 3}
+
+
+def test_recovery_is_not_charged_to_the_rate_limit() -> None:
+    conv, _ = start_busy(ConcurrencyPolicy.ENQUEUE)
+    t = conv.send(tick(T0), at=T0 + timedelta(seconds=31), admission=granted(0))
+    assert len(runs(t)) == 1
+
+
+# --------------------------------------------------------------------------- state life
+
+
+def test_an_idle_conversation_is_forgotten_after_its_ttl() -> None:
+    config = PolicyConfig(lease_s=30, max_attempts=3, reply_interval_s=0, state_ttl_s=3600)
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE, config)
+    conv.send(completed(run.run_id, run.agent_id, run.version_id))
+    assert conv.send(tick(T0), at=T0 + timedelta(seconds=3599)).state is not None
+    assert conv.send(tick(T0), at=T0 + timedelta(seconds=3601)).state is None
+
+
+def test_decisions_carry_org_conversation_message_and_deterministic_ids() -> None:
+    conv = Conv(index_of(snapshot(1)))
+    d = dispatch()
+    (decision,) = conv.send(d).decisions
+    assert isinstance(decision, DispatchDecided)
+    assert (decision.org_id, decision.conversation_id, decision.dispatch_event_id) == (ORG, CONVERSATION, d.event_id)
+    assert d.message is not None and decision.message_ids == (d.message.message_id,)

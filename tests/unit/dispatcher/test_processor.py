@@ -1,0 +1,232 @@
+"""The batch processor with fakes: commit order, dead letters, the two-pass admission."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from services.dispatcher import policy
+from services.dispatcher.limits import BudgetView, Grant
+from services.dispatcher.policy import PolicyConfig
+from services.dispatcher.processor import BatchProcessor, InEvent
+from switchboard.contracts import (
+    CatalogRegistry,
+    DispatchDecided,
+    DispatchOutcome,
+    Record,
+    Serde,
+    Topics,
+    TopicSpec,
+    encode_key,
+)
+from switchboard.contracts.schemas import schemas_dir
+from tests.unit.dispatcher.builders import ORG, T0, dispatch, index_of, snapshot
+
+SERDE = Serde(CatalogRegistry(schemas_dir()))
+
+
+class Log(list[tuple[str, str]]):
+    def future(self, kind: str, name: str) -> asyncio.Future[None]:
+        self.append(("send", f"{kind}:{name}"))
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def _ack() -> None:
+            self.append(("ack", f"{kind}:{name}"))
+            future.set_result(None)
+
+        asyncio.get_running_loop().call_later(0.001, _ack)
+        return future
+
+
+class FakeStore:
+    def __init__(self, log: Log) -> None:
+        self.data: dict[bytes, bytes] = {}
+        self._log = log
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.data.get(key)
+
+    async def put(self, key: bytes, value: bytes | None) -> asyncio.Future[None]:
+        if value is None:
+            self.data.pop(key, None)
+        else:
+            self.data[key] = value
+        return self._log.future("state", key.decode())
+
+
+class FakeEmitter:
+    def __init__(self, log: Log) -> None:
+        self.sent: list[tuple[str, Any]] = []
+        self._log = log
+
+    async def send_soon(self, topic: TopicSpec[Any], record: Any) -> asyncio.Future[None]:
+        self.sent.append((topic.name, record))
+        return self._log.future("record", topic.name)
+
+    def records(self, topic: TopicSpec[Any]) -> list[Any]:
+        return [r for name, r in self.sent if name == topic.name]
+
+
+class FakeAdmission:
+    def __init__(self, grant: int | None = None, *, fail: bool = False) -> None:
+        self.grant = grant
+        self.fail = fail
+        self.calls: list[dict[uuid.UUID, int]] = []
+
+    async def admit(self, demand: Mapping[uuid.UUID, int]) -> Mapping[uuid.UUID, Grant]:
+        self.calls.append(dict(demand))
+        if self.fail:
+            raise ConnectionError("database down")
+        return {
+            org: Grant(n if self.grant is None else min(n, self.grant), T0 + timedelta(seconds=60))
+            for org, n in demand.items()
+        }
+
+
+class FakeDeadLetters:
+    def __init__(self) -> None:
+        self.letters: list[tuple[InEvent, str]] = []
+
+    async def publish(self, event: InEvent, code: str, message: str) -> None:
+        self.letters.append((event, code))
+
+
+class FakeDue:
+    def __init__(self) -> None:
+        self.due: dict[bytes, datetime | None] = {}
+
+    def update(self, key: bytes, org_id: uuid.UUID, due: datetime | None) -> None:
+        self.due[key] = due
+
+
+def event(record: Record, *, offset: int = 0, key: bytes | None = None, value: bytes | None = None) -> InEvent:
+    topic = (
+        Topics.DISPATCH_REQUESTED
+        if record is None
+        else next(
+            t
+            for t in (
+                Topics.DISPATCH_REQUESTED,
+                Topics.RUN_STARTED,
+                Topics.RUN_HEARTBEATS,
+                Topics.RUN_COMPLETED,
+                Topics.DISPATCHER_TICKS,
+            )
+            if isinstance(record, t.record_type)
+        )
+    )
+    return InEvent(
+        topic=topic,
+        key=key if key is not None else encode_key(topic, record),
+        value=value if value is not None else SERDE.encode(topic, record),
+        partition=0,
+        offset=offset,
+    )
+
+
+def processor(
+    *, admission: FakeAdmission | None = None, config: PolicyConfig | None = None
+) -> tuple[BatchProcessor, Log, FakeStore, FakeEmitter, FakeDeadLetters, FakeDue]:
+    log = Log()
+    store, emitter, letters, due = FakeStore(log), FakeEmitter(log), FakeDeadLetters(), FakeDue()
+    proc = BatchProcessor(
+        store=store,
+        emitter=emitter,
+        admission=admission or FakeAdmission(),
+        dead_letters=letters,
+        index=index_of(snapshot(1)),
+        budgets=lambda: BudgetView(),
+        config=config or PolicyConfig(reply_interval_s=0),
+        serde=SERDE,
+        due=due,
+        clock=lambda: T0,
+    )
+    return proc, log, store, emitter, letters, due
+
+
+async def test_state_and_decisions_are_acknowledged_before_any_run_request_leaves() -> None:
+    proc, log, store, emitter, _, due = processor()
+    conversations = [uuid.uuid4() for _ in range(3)]
+    await proc.process([event(dispatch(conversation=c), offset=i) for i, c in enumerate(conversations)])
+    assert len(emitter.records(Topics.RUN_REQUESTED)) == 3
+    first_run_request = log.index(("send", "record:run_requested"))
+    first_wave_acks = [i for i, (what, name) in enumerate(log) if what == "ack" and not name.endswith("run_requested")]
+    assert len(first_wave_acks) == 6  # 3 states + 3 decisions
+    assert max(first_wave_acks) < first_run_request
+    assert set(store.data) == {str(c).encode() for c in conversations}
+    assert all(due.due[str(c).encode()] == T0 + timedelta(seconds=30) for c in conversations)
+
+
+async def test_a_poison_record_is_dead_lettered_and_the_rest_is_processed() -> None:
+    proc, _, _, emitter, letters, _ = processor()
+    good = dispatch()
+    poison = InEvent(
+        topic=Topics.DISPATCH_REQUESTED, key=b"junk", value=b"\x00\x00\x00\x00\x01garbage", partition=0, offset=1
+    )
+    await proc.process([poison, event(good, offset=2)])
+    assert [code for _, code in letters.letters] == ["undecodable_body"]
+    assert len(emitter.records(Topics.RUN_REQUESTED)) == 1
+
+
+async def test_a_record_keyed_by_another_conversation_is_dead_lettered() -> None:
+    proc, _, store, emitter, letters, _ = processor()
+    await proc.process([event(dispatch(), key=str(uuid.uuid4()).encode())])
+    assert [code for _, code in letters.letters] == ["key_mismatch"]
+    assert emitter.sent == [] and store.data == {}
+
+
+async def test_an_event_whose_handling_raises_is_dead_lettered_and_its_conversation_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    proc, _, _, emitter, letters, _ = processor()
+    bad, good = dispatch("boom"), dispatch("ok")
+    real_apply = policy.apply
+
+    def flaky(state: Any, record: Record, ctx: Any) -> Any:
+        if getattr(record, "event_id", None) == bad.event_id:
+            raise RuntimeError("bug")
+        return real_apply(state, record, ctx)
+
+    monkeypatch.setattr("services.dispatcher.processor.apply", flaky)
+    await proc.process([event(bad, offset=0), event(good, offset=1)])
+    assert [code for _, code in letters.letters] == ["handler_failed"]
+    (run,) = emitter.records(Topics.RUN_REQUESTED)
+    assert good.message is not None and run.messages == (good.message,)
+
+
+async def test_one_admission_call_per_batch_and_exactly_the_grant_is_used() -> None:
+    admission = FakeAdmission(grant=3)
+    proc, _, store, emitter, _, _ = processor(admission=admission)
+    await proc.process([event(dispatch(conversation=uuid.uuid4()), offset=i) for i in range(5)])
+    assert admission.calls == [{ORG: 5}]
+    assert len(emitter.records(Topics.RUN_REQUESTED)) == 3
+    decisions: list[DispatchDecided] = emitter.records(Topics.DISPATCH_DECISIONS)
+    assert sorted(d.outcome for d in decisions) == sorted(
+        [DispatchOutcome.DISPATCHED] * 3 + [DispatchOutcome.RATE_LIMITED] * 2
+    )
+    assert len(store.data) == 5, "the deferred ones wait in their conversation"
+
+
+async def test_an_unreachable_database_defers_instead_of_dispatching_past_the_limit() -> None:
+    proc, _, _, emitter, _, due = processor(admission=FakeAdmission(fail=True))
+    d = dispatch()
+    await proc.process([event(d)])
+    assert emitter.records(Topics.RUN_REQUESTED) == []
+    (decision,) = emitter.records(Topics.DISPATCH_DECISIONS)
+    assert decision.outcome is DispatchOutcome.RATE_LIMITED
+    assert due.due[str(d.conversation_id).encode()] == T0 + timedelta(seconds=1)
+
+
+async def test_a_batch_of_replays_writes_and_sends_nothing() -> None:
+    proc, log, _, emitter, _, _ = processor()
+    d = dispatch()
+    await proc.process([event(d)])
+    sent, entries = len(emitter.sent), len(log)
+    proc._clock = lambda: T0 + timedelta(seconds=3)  # later: still nothing to write
+    await proc.process([event(d, offset=5)])
+    assert len(emitter.sent) == sent and len(log) == entries
