@@ -427,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
         stored, dispatched = count_stored(settings, fixture)
     finally:
         cleanup = "kept (--keep)" if args.keep else clean_up(settings, fixture)
+        for path in files.values():
+            path.unlink(missing_ok=True)
 
     ingest = results["ingest"]
     b, d, g = (median_result(results[name]) for name in ("bare", "bare_db", "ingest"))

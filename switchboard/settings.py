@@ -77,7 +77,8 @@ class DatabaseSettings(SharedSettings):
 
     url: SecretStr = SecretStr("postgresql+psycopg://switchboard_app@127.0.0.1:55432/switchboard")
     owner_url: SecretStr | None = None
-    pool_size: int = Field(default=5, ge=1)
+    # Connections kept open per process; size it to the concurrency one process serves.
+    pool_size: int = Field(default=10, ge=1)
 
     @property
     def migration_url(self) -> str:

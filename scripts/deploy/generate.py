@@ -229,8 +229,9 @@ def settings_tree(cls: type[BaseSettings]) -> list[type[BaseSettings]]:
     """``cls`` and the settings classes nested in it (what one process instantiates)."""
     tree = [cls]
     for info in cls.model_fields.values():
-        if _is_nested_settings(info.annotation):
-            tree.extend(settings_tree(info.annotation))
+        nested = info.annotation
+        if inspect.isclass(nested) and issubclass(nested, BaseSettings):
+            tree.extend(settings_tree(nested))
     return tree
 
 
@@ -1057,7 +1058,7 @@ def secrets_inventory() -> dict[str, dict[str, list[str]]]:
 def secrets_comment() -> str:
     lines = [
         GENERATED,
-        "Secrets the manifests reference (create them in the namespace; docs/deploy.md \"Secrets\"):",
+        'Secrets the manifests reference (create them in the namespace; docs/deploy.md "Secrets"):',
     ]
     for home, keys in secrets_inventory().items():
         lines.append(f"  {home}:")

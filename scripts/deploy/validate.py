@@ -436,8 +436,8 @@ def check_workloads(objects: list[dict[str, Any]]) -> list[Finding]:
         return []
     config = switchboard_config(objects)
     by_kind: dict[str, set[str]] = {}
-    for obj in objects:
-        by_kind.setdefault(obj.get("kind", ""), set()).add(obj.get("metadata", {}).get("name", ""))
+    for item in objects:
+        by_kind.setdefault(item.get("kind", ""), set()).add(item.get("metadata", {}).get("name", ""))
     findings: list[Finding] = []
     secret_names = secret_settings()
     for workload in generate.WORKLOADS:
@@ -564,6 +564,11 @@ def validate_compose(path: Path = COMPOSE_FILE) -> list[Finding]:
         if (service.get("depends_on") or {}).get("migrate", {}).get("condition") != "service_completed_successfully":
             findings.append(Finding(where, "compose", f"{workload.name}: must wait for the migrate service"))
     for name, service in services.items():
+        files = [*(service.get("env_file") or [])]
+        files += [v.split(":")[0] for v in service.get("volumes") or [] if isinstance(v, str) and v.startswith(".")]
+        for relative in files:
+            if isinstance(relative, str) and not (path.parent / relative).exists():
+                findings.append(Finding(where, "compose", f"{name}: {relative} does not exist"))
         if service.get("privileged"):
             findings.append(Finding(where, "compose", f"{name}: privileged"))
         if service.get("image", "").startswith("switchboard") and str(service.get("user", "0")).split(":")[0] in {

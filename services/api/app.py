@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request, Response
@@ -17,6 +16,7 @@ from services.api.catalog.endpoints import router as catalog_router
 from services.api.channels.endpoints import router as channels_router
 from services.api.core.database import Database
 from services.api.core.errors import install_error_handlers
+from services.api.core.request_id import RequestIdMiddleware
 from services.api.core.text_guard import reject_nul_characters
 from services.api.credentials.endpoints import router as credentials_router
 from services.api.identity.endpoints import router as identity_router
@@ -27,8 +27,6 @@ from switchboard.contracts import Serde
 from switchboard.crypto import KeyRing
 from switchboard.kafka.admin import broker_answers
 from switchboard.kafka.outbox_relay import OutboxRelay, OutboxRelaySettings
-
-REQUEST_ID_HEADER = "X-Request-Id"
 
 
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
@@ -68,14 +66,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
 
-    @app.middleware("http")
-    async def request_id(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        incoming = request.headers.get(REQUEST_ID_HEADER, "")
-        rid = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else str(uuid.uuid4())
-        request.state.request_id = rid
-        response = await call_next(request)
-        response.headers[REQUEST_ID_HEADER] = rid
-        return response
+    app.add_middleware(RequestIdMiddleware)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

@@ -15,15 +15,22 @@
   changelog itself through our idempotent producer and waits for the acknowledgments
   before sending run requests (docs/dispatcher.md); faust's ``table[key] = value`` would
   only buffer the changelog record, with no way to know it was written.
-- **Batches.** ``stream.take_events(DISPATCHER_BATCH_SIZE, within=DISPATCHER_BATCH_WAIT_MS)``;
-  faust acknowledges (and later commits) a batch's offsets only after the processor
-  returned. Exactly-once mode is off: duplicates are handled by idempotency.
+- **Batches (group commit).** The agent only collects events (faust's own acking is
+  off); a drain task processes them in arrival order, up to ``DISPATCHER_BATCH_SIZE``
+  at a time, and acknowledges a batch's events only after the processor committed it,
+  so faust commits only processed offsets. While one batch waits for the broker the
+  next one fills: batches grow with the load and a lone event is processed at once
+  (``DISPATCHER_BATCH_WAIT_MS`` adds an optional linger). faust's ``take()`` was the
+  first version: it blocks the stream while a batch is processed, so batches stayed
+  at a handful of events and every one paid the full round trips (docs/benchmarks.md).
+  Exactly-once mode is off: duplicates are handled by idempotency.
 - **No faust web server**: the service's own health server answers probes and metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final
 
@@ -107,12 +114,14 @@ class DispatcherApp:
         self._on_batch = on_batch
         self._on_rebalanced = on_rebalanced
         self._specs = {spec.physical_name(kafka): spec for spec in SOURCE_TOPICS}
-        self._in_flight: set[asyncio.Task[None]] = set()
         self.rebalances = 0
         session_s = settings.session_timeout_s
+        # faust wants a data directory even for in-memory tables; keep it out of the cwd.
+        self._datadir = tempfile.TemporaryDirectory(prefix="switchboard-dispatcher-")
         self.app = faust.App(
             app_id(kafka),
             broker=broker_url(kafka.bootstrap_servers),
+            datadir=self._datadir.name,
             store="memory://",
             autodiscover=False,
             web_enabled=False,
@@ -146,18 +155,29 @@ class DispatcherApp:
             value_type=bytes,
             help="Conversation state: active run, waiting dispatches, idempotency memory.",
         )
-        batch_size = settings.batch_size
-        within = settings.batch_wait_ms / 1000.0
+        self._batch_size = settings.batch_size
+        self._linger_s = settings.batch_wait_ms / 1000.0
+        self._buffer: list[Any] = []
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._stream: Any = None
+        self._drainer: asyncio.Task[None] | None = None
+        self._stopping = False
 
         async def dispatch(stream: Any) -> None:
-            async for events in stream.take_events(batch_size, within=within):
-                batch = [self._in_event(e) for e in events]
-                # Shielded: a shutdown that cancels the agent mid-batch still lets the
-                # batch finish (its offsets are acknowledged when this returns).
-                task = asyncio.ensure_future(self._on_batch(batch))
-                self._in_flight.add(task)
-                task.add_done_callback(self._in_flight.discard)
-                await asyncio.shield(task)
+            # Group commit: this agent only collects events; ``_drain`` processes them in
+            # batches and acknowledges each batch after it is committed. While one batch
+            # waits for the broker, the next one fills, so batches grow with the load and a
+            # lone event is processed at once. faust acks nothing on its own here.
+            self._stream = stream
+            stream.enable_acks = False
+            async for event in stream.events():
+                self._buffer.append(event)
+                self._arrived.set()
+                if len(self._buffer) >= self._batch_size * 2:
+                    self._room.clear()
+                    await self._room.wait()
 
         self.app.agent(self.source, name="dispatch", concurrency=1)(dispatch)
 
@@ -186,6 +206,26 @@ class DispatcherApp:
             headers=pairs,
         )
 
+    async def _drain(self) -> None:
+        """Process buffered events batch by batch, in arrival order; ack each batch once done."""
+        while not self._stopping:
+            await self._arrived.wait()
+            if self._stopping:
+                break
+            if self._linger_s and len(self._buffer) < self._batch_size:
+                await asyncio.sleep(self._linger_s)
+            events = self._buffer[: self._batch_size]
+            del self._buffer[: len(events)]
+            if not self._buffer:
+                self._arrived.clear()
+            if len(self._buffer) < self._batch_size:
+                self._room.set()
+            if not events:
+                continue
+            await self._on_batch([self._in_event(e) for e in events])
+            for event in events:
+                await self._stream.ack(event)
+
     @property
     def ready(self) -> bool:
         """Partitions assigned and the table recovered, and no rebalance under way."""
@@ -193,10 +233,27 @@ class DispatcherApp:
 
     async def start(self) -> None:
         await self.app.start()
+        self._drainer = asyncio.create_task(self._drain(), name="dispatcher-drain")
+        self._drainer.add_done_callback(self._drainer_done)
+
+    def _drainer_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            # Without its drain the worker would hold its partitions and do nothing.
+            log.critical("the batch loop died; exiting", exc_info=task.exception())
+            self.on_fatal()
+
+    def on_fatal(self) -> None:
+        """Replaced by the bootstrap with a crash-only exit."""
 
     async def stop(self) -> None:
-        if self._in_flight:
-            await asyncio.wait(set(self._in_flight), timeout=30)
+        """Finish the batch in progress, then stop faust. Buffered events not yet processed
+        are not acknowledged, so they are not committed: the next owner replays them."""
+        self._stopping = True
+        self._arrived.set()
+        if self._drainer is not None:
+            await asyncio.wait({self._drainer}, timeout=30)
+            if not self._drainer.done():
+                self._drainer.cancel()
+        self._room.set()
         await self.app.stop()
-        if self._in_flight:
-            await asyncio.wait(set(self._in_flight), timeout=30)
+        self._datadir.cleanup()

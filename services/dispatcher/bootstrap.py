@@ -14,13 +14,14 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from aiokafka import ConsumerRecord
 
 from services.dispatcher.agents import AgentIndex
-from services.dispatcher.app import DispatcherApp, TableStore, app_id
+from services.dispatcher.app import SOURCE_TOPICS, DispatcherApp, TableStore, app_id
 from services.dispatcher.metrics import NoMatchWatch
 from services.dispatcher.policy import PolicyConfig
 from services.dispatcher.postgres import BudgetWatcher, PostgresAdmission
@@ -31,6 +32,7 @@ from services.dispatcher.sink import DecisionSink
 from services.dispatcher.ticker import Ticker
 from switchboard.contracts import Serde, Topics, utc_now
 from switchboard.db.session import create_async_engine
+from switchboard.kafka import admin
 from switchboard.kafka.consumer import Failure, RecordConsumer
 from switchboard.kafka.dead_letter import DeadLetterPublisher
 from switchboard.kafka.producer import RecordProducer
@@ -40,6 +42,15 @@ log = get_logger(__name__)
 
 SERVICE = "dispatcher"
 SINK_GROUP = "switchboard-dispatcher-decisions"
+# Everything the worker reads or writes.
+REQUIRED_TOPICS = (
+    *SOURCE_TOPICS,
+    Topics.PUBLISHED,
+    Topics.RUN_REQUESTED,
+    Topics.STEERING,
+    Topics.DISPATCH_DECISIONS,
+    Topics.DEAD_LETTER,
+)
 # Exit code of a crash-only stop (EX_SOFTWARE): the orchestrator restarts the worker.
 FATAL_EXIT_CODE = 70
 
@@ -96,17 +107,21 @@ class Dispatcher:
             state_ttl_s=settings.state_ttl_s,
             clock=utc_now,
         )
+        self.admission = PostgresAdmission(
+            settings.database.url.get_secret_value(),
+            window_s=settings.rate_window_s,
+            default_limit=settings.default_rate_limit,
+        )
         self.faust = DispatcherApp(
             settings, on_batch=self._on_batch, on_timer=self._on_timer, on_rebalanced=self._on_rebalanced
         )
+        self.faust.on_fatal = lambda: _exit_now(FATAL_EXIT_CODE)  # type: ignore[method-assign]
         self.store = TableStore(self.faust.table, self.producer)
         dead_letters = DeadLetterPublisher(self.producer, service=SERVICE, consumer_group=app_id(kafka))
         self.processor = BatchProcessor(
             store=self.store,
             emitter=self.producer,
-            admission=PostgresAdmission(
-                self.engine, window_s=settings.rate_window_s, default_limit=settings.default_rate_limit
-            ),
+            admission=self.admission,
             dead_letters=StreamDeadLetters(dead_letters, settings),
             index=self.index,
             budgets=self.budgets.current,
@@ -181,7 +196,36 @@ class Dispatcher:
         sink_ready = self.sink is None or await self.sink.ready()
         return self.feed.caught_up.is_set() and self.faust.ready and sink_ready
 
+    async def _topics_ready(self, stop: asyncio.Event) -> bool:
+        """Wait until every topic the dispatcher touches exists with its registered shape.
+
+        Creating topics is the operator's step (``switchboard topics create``); a worker
+        started before it stays unready and says what is missing, rather than letting
+        faust subscribe to half of its sources.
+        """
+        kafka = self.settings.kafka
+        wanted = {t.physical_name(kafka): t.partition_count(kafka) for t in REQUIRED_TOPICS}
+        last_warning = 0.0
+        while not stop.is_set():
+            try:
+                listing = await admin.describe_topics(kafka, wait_s=2)
+                have = {t["topic"]: t["on_broker"] for t in listing}
+            except Exception:
+                have = {}
+            problems = {name: have.get(name) for name, count in wanted.items() if have.get(name) != count}
+            if not problems:
+                return True
+            if time.monotonic() - last_warning > 10:
+                last_warning = time.monotonic()
+                log.warning("waiting for topics (name: partitions on the broker)", extra={"topics": problems})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=1.0)
+        return False
+
     async def run(self, stop: asyncio.Event) -> None:
+        if not await self._topics_ready(stop):
+            await self.engine.dispose()
+            return
         await self.producer.start()
         background: list[asyncio.Task[None]] = []
         try:
@@ -198,12 +242,15 @@ class Dispatcher:
         finally:
             log.info("dispatcher stopping")
             self._stopping.set()
-            with contextlib.suppress(Exception):
-                await self.faust.stop()
+            try:
+                await asyncio.wait_for(self.faust.stop(), timeout=45)
+            except Exception:
+                log.error("faust did not stop cleanly", exc_info=True)
             stop.set()
             if background:
                 await asyncio.wait(background, timeout=30)
             await self.producer.stop()
+            await self.admission.close()
             await self.engine.dispose()
 
 

@@ -60,16 +60,19 @@ class NoMatchWatch:
     threshold: float = 0.30
     min_dispatches: int = 10
     _seen: dict[uuid.UUID, deque[tuple[datetime, bool]]] = field(default_factory=dict)
+    _misses: dict[uuid.UUID, int] = field(default_factory=dict)
     _warned_at: dict[uuid.UUID, datetime] = field(default_factory=dict)
 
     def record(self, org_id: uuid.UUID, outcome: DispatchOutcome, now: datetime) -> float:
         window = self._seen.setdefault(org_id, deque())
-        window.append((now, outcome is DispatchOutcome.NO_MATCH))
+        miss = outcome is DispatchOutcome.NO_MATCH
+        window.append((now, miss))
+        misses = self._misses.get(org_id, 0) + miss
         horizon = now - timedelta(seconds=self.window_s)
         while window and window[0][0] < horizon:
-            window.popleft()
+            misses -= window.popleft()[1]
+        self._misses[org_id] = misses
         total = len(window)
-        misses = sum(1 for _, miss in window if miss)
         rate = misses / total if total else 0.0
         label = str(org_id)
         NO_MATCH_RATE.labels(label).set(rate)

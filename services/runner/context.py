@@ -5,8 +5,7 @@ The prompt is built in labeled layers by small builders run in order over a
 ships identity, tool catalog, system prompt, persona, skills, run contract,
 wake context, conversation history and the inbound messages. The next issue
 adds memory (thread summary, long-term facts), slash commands (parsed from the
-raw user text, before the history builder strips nothing) and autonomy gating
-of the tool list as further builders — inserted in the list returned by
+raw user text) and autonomy gating of the tool list as further builders — inserted in the list returned by
 :func:`default_builders`, without touching the loop.
 
 Rules kept here:
@@ -148,12 +147,17 @@ class WakeLayer:
         draft.layer("Wake context", text)
 
 
+async def preloaded_history(subject: RunSubject, limit: int) -> list[HistoryItem]:
+    """The messages loaded with the run's subject (``RunStore.claim``), newest first."""
+    return list(subject.recent_messages[:limit])
+
+
 class HistoryBuilder:
     """The recent conversation, bounded by the version's windows (see the module docstring)."""
 
     name = "history"
 
-    def __init__(self, loader: HistoryLoader) -> None:
+    def __init__(self, loader: HistoryLoader = preloaded_history) -> None:
         self._loader = loader
 
     async def build(self, subject: RunSubject, draft: DraftBuilder) -> None:
@@ -185,7 +189,7 @@ class InboundBuilder:
         draft.inbound = [UserMessage(text)]
 
 
-def default_builders(history: HistoryLoader) -> list[ContextBuilder]:
+def default_builders(history: HistoryLoader = preloaded_history) -> list[ContextBuilder]:
     return [
         IdentityLayer(),
         ToolCatalogLayer(),

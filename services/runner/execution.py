@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from sqlalchemy.orm import Session
+
 from services.runner.budget import RunLimits
 from services.runner.context import ContextBuilder, compose, default_builders
 from services.runner.credentials import CredentialResolver, NoCredential
@@ -49,7 +51,13 @@ from services.runner.outcome import (
     classify,
 )
 from services.runner.providers import ProviderRegistry, UnknownProvider
-from services.runner.providers.base import ProviderAccess, ProviderError, ProviderErrorKind, TokenUsage
+from services.runner.providers.base import (
+    CredentialSource,
+    ProviderAccess,
+    ProviderError,
+    ProviderErrorKind,
+    TokenUsage,
+)
 from services.runner.settings import RunnerSettings
 from services.runner.steering import RunSteering
 from services.runner.store import ClaimState, Finish, RunStore
@@ -90,9 +98,7 @@ class RunnerDeps:
     tool_catalog: ToolCatalog
     token_secret: bytes
     toolbox_factory: ToolBoxFactory | None = None
-    builders: Callable[[RunStore], Sequence[ContextBuilder]] = field(
-        default=lambda store: default_builders(store.history)
-    )
+    builders: Callable[[RunStore], Sequence[ContextBuilder]] = field(default=lambda store: default_builders())
     interceptors: Callable[[dict[str, str]], Sequence[ToolInterceptor]] = field(default=default_interceptors)
 
 
@@ -122,17 +128,23 @@ class RunExecutor:
         clock = time.monotonic()
         version = subject.version
         events = RunEvents(self._deps.publisher, request, model=version.model)
-        if not await self._deps.store.mark_running(
-            subject, provider=version.provider, model=version.model, started_at=started_at
-        ):
+        try:
+            begun = await self._begin(subject, started_at)
+        except Exception as exc:
+            # The row stays pending: our heartbeats stop with this task, the lease recovers the run.
+            log.error("run could not start", extra={**labels, "error": type(exc).__name__}, exc_info=True)
+            return
+        if begun is None:
             log.info("run no longer pending, skipped", extra=labels)
             return
         handle.status = "running"
         events.debug("run_started", f"runner {self._settings.runner_id}, attempt {request.attempt}")
         log.info("run started", extra={**labels, "provider": version.provider, "model": version.model})
-        access: ProviderAccess | None = None
+        preset, access = begun
+        if preset is not None and preset.handoff is not None:
+            events.debug("handoff_keyword", f"matched {preset.handoff.matched_keyword!r} before any model call")
         try:
-            outcome, access = await self._outcome(handle, subject, events, labels)
+            outcome = preset or await self._loop_outcome(handle, subject, access, events, labels)
         except asyncio.CancelledError:
             if not handle.handing_back:
                 raise
@@ -149,6 +161,55 @@ class RunExecutor:
                 summary="Failed: internal error in the runner.",
             )
         await self._finish(subject, outcome, events, started_at, clock, access, labels)
+
+    async def _begin(
+        self, subject: RunSubject, started_at: datetime
+    ) -> tuple[LoopOutcome | None, ProviderAccess | None] | None:
+        """Mark the run running. Returns the outcome when it is decided before any model call
+        (keyword handoff, unknown provider, no key), else the resolved provider access."""
+        version = subject.version
+        request = subject.request
+        preset: LoopOutcome | None = None
+        resolve: Callable[[Session], ProviderAccess | NoCredential] | None = None
+        match = match_handoff_keyword(subject.inbound_text, version.handoff_keywords)
+        if match is not None:
+            preset = LoopOutcome(
+                OutcomeKind.HANDOFF,
+                handoff=HandoffRequest(
+                    reason=f"the customer wrote the handoff keyword {match.keyword!r}",
+                    urgency=Urgency.NORMAL,
+                    trigger=HandoffTrigger.KEYWORD,
+                    matched_keyword=match.keyword,
+                ),
+                summary=f"Handed off by keyword {match.keyword!r}; no model was called.",
+            )
+        else:
+            try:
+                requires_key = self._deps.providers.get(version.provider).requires_key
+            except UnknownProvider:
+                preset = self._failed("unknown_provider", f"no adapter for provider {version.provider!r}")
+            else:
+
+                def resolve(session: Session) -> ProviderAccess | NoCredential:
+                    try:
+                        return self._deps.credentials.resolve(
+                            session,
+                            org_id=request.org_id,
+                            provider=version.provider,
+                            version_credential_id=version.credential_id,
+                            requires_key=requires_key,
+                        )
+                    except NoCredential as exc:
+                        return exc
+
+        started = await self._deps.store.start(
+            subject, provider=version.provider, model=version.model, started_at=started_at, resolve=resolve
+        )
+        if started is None:
+            return None
+        if isinstance(started.resolved, NoCredential):
+            return self._failed(started.resolved.code, str(started.resolved)), None
+        return preset, started.resolved
 
     # ------------------------------------------------------------------ claim
 
@@ -178,52 +239,25 @@ class RunExecutor:
 
     # ------------------------------------------------------------------ the run
 
-    async def _outcome(
-        self, handle: RunHandle, subject: RunSubject, events: RunEvents, labels: dict[str, str]
-    ) -> tuple[LoopOutcome, ProviderAccess | None]:
+    async def _loop_outcome(
+        self,
+        handle: RunHandle,
+        subject: RunSubject,
+        access: ProviderAccess | None,
+        events: RunEvents,
+        labels: dict[str, str],
+    ) -> LoopOutcome:
         version = subject.version
         request = subject.request
-        match = match_handoff_keyword(subject.inbound_text, version.handoff_keywords)
-        if match is not None:
-            events.debug("handoff_keyword", f"matched {match.keyword!r} before any model call")
-            return (
-                LoopOutcome(
-                    OutcomeKind.HANDOFF,
-                    handoff=HandoffRequest(
-                        reason=f"the customer wrote the handoff keyword {match.keyword!r}",
-                        urgency=Urgency.NORMAL,
-                        trigger=HandoffTrigger.KEYWORD,
-                        matched_keyword=match.keyword,
-                    ),
-                    summary=f"Handed off by keyword {match.keyword!r}; no model was called.",
-                ),
-                None,
-            )
-        try:
-            provider = self._deps.providers.get(version.provider)
-        except UnknownProvider:
-            return self._failed("unknown_provider", f"no adapter for provider {version.provider!r}"), None
+        provider = self._deps.providers.get(version.provider)
         price = await self._deps.store.price(version.provider, version.model)
-        try:
-            access: ProviderAccess = await self._deps.store.with_tenant_session(
-                request.org_id,
-                lambda session: self._deps.credentials.resolve(
-                    session,
-                    org_id=request.org_id,
-                    provider=version.provider,
-                    version_credential_id=version.credential_id,
-                    requires_key=provider.requires_key,
-                ),
-            )
-        except NoCredential as exc:
-            return self._failed(exc.code, str(exc)), None
         granted = version.granted_tools()
         toolbox = self._toolbox(subject, granted)
         try:
             try:
                 specs = list(await toolbox.specs())
             except ToolServerUnavailable:
-                return _tool_server_down(), access
+                return _tool_server_down()
             if FINISH_TOOL in version.tool_ids:
                 specs.append(FINISH_SPEC)
             draft = await compose(subject, specs, self._deps.builders(self._deps.store))
@@ -248,7 +282,7 @@ class RunExecutor:
                     ),
                 ),
                 provider=provider,
-                access=access,
+                access=access or ProviderAccess(source=CredentialSource.NONE, base_url=None),
                 tools=toolbox,
                 events=events,
                 trace=_Trace(self._deps.store, request, handle),
@@ -256,7 +290,7 @@ class RunExecutor:
                 interceptors=self._deps.interceptors(labels),
             )
             handle.loop = loop
-            return await loop.run(draft), access
+            return await loop.run(draft)
         finally:
             await toolbox.aclose()
 

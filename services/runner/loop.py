@@ -404,7 +404,10 @@ class AgentLoop:
         for index, call in enumerate(calls):
             if ctx.stop is not None or self._steering.interrupted:
                 why = "the run is ending" if ctx.stop is not None else "the run was interrupted"
-                results.extend(_not_executed(calls[index:], f"Not executed: {why}."))
+                skipped = _not_executed(calls[index:], f"Not executed: {why}.")
+                for skipped_call, skipped_outcome in zip(calls[index:], skipped, strict=True):
+                    self._trace_tool(skipped_call, skipped_outcome, time.monotonic(), _now())
+                results.extend(skipped)
                 break
             started = time.monotonic()
             started_at = _now()

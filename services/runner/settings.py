@@ -58,6 +58,7 @@ class RunnerSettings(ServiceSettings):
     openai_api_key: SecretStr | None = None
     google_api_key: SecretStr | None = None
 
+    # Connections to PostgreSQL; a one-step run uses four short transactions.
     db_pool_size: int = Field(default=20, ge=1)
     event_queue_size: int = Field(default=50_000, ge=100)
 

@@ -9,18 +9,21 @@ order per conversation (``switchboard.db.outbox``).
 
 The run row: ``pending`` when the runner takes the run, ``running`` with
 ``run_started``, a terminal status with ``run_completed``. The trace
-(``tool_calls``) and running totals are appended after every step.
+(``tool_calls``) and running totals are appended after every step. A
+one-step run costs four transactions: claim (row + subject + history), start
+(running + ``run_started`` + credential), one trace append, finish.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import select, text, update
 from sqlalchemy.dialects.postgresql import insert
@@ -58,6 +61,8 @@ from switchboard.db.session import async_tenant_transaction
 from switchboard.db.usage import add_agent_usage, add_token_usage
 
 _ACTIVE = [s.value for s in ACTIVE_RUN_STATUSES]
+PRICE_CACHE_S = 300.0
+T = TypeVar("T")
 
 
 class ClaimState(StrEnum):
@@ -72,6 +77,13 @@ class Claim:
     subject: RunSubject | None = None
     busy_run_id: uuid.UUID | None = None
     existing_status: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Started(Generic[T]):
+    """The run is ``running``; ``resolved`` is what the start transaction's resolver returned."""
+
+    resolved: T | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +132,7 @@ class RunStore:
         self._sessions = sessions
         self._serde = serde
         self._runner_id = runner_id
+        self._prices: dict[tuple[str, str], tuple[float, ModelPrice]] = {}
 
     # ------------------------------------------------------------------ taking a run
 
@@ -248,36 +261,41 @@ class RunStore:
                 contact_name=contact_name,
                 summary=row.summary,
             )
-        return RunSubject(
-            request=request, agent_name=agent_name or "agent", version=_version_config(version), conversation=info
-        )
-
-    async def history(self, subject: RunSubject, limit: int) -> list[HistoryItem]:
-        """The conversation's latest ``limit`` text messages, newest first."""
-        if subject.conversation is None:
-            return []
-        org_id = subject.request.org_id
-        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+        config = _version_config(version)
+        recent: tuple[HistoryItem, ...] = ()
+        if info is not None and config.history_message_window > 0:
+            limit = config.history_message_window + len(request.messages)
             rows = (
                 await session.execute(
                     select(Message.id, Message.direction, Message.body, Message.occurred_at)
-                    .where(Message.org_id == org_id, Message.conversation_id == subject.conversation.id)
-                    .where(Message.body != "")
+                    .where(Message.org_id == request.org_id, Message.conversation_id == info.id, Message.body != "")
                     .order_by(Message.occurred_at.desc())
                     .limit(limit)
                 )
             ).all()
-        return [HistoryItem(r.id, r.direction, r.body, r.occurred_at) for r in rows]
-
-    async def with_tenant_session(self, org_id: uuid.UUID, fn: Any) -> Any:
-        """Run a synchronous ``fn(session)`` inside the org's tenant transaction (credential code is sync)."""
-        async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            return await session.run_sync(fn)
+            recent = tuple(HistoryItem(r.id, r.direction, r.body, r.occurred_at) for r in rows)
+        return RunSubject(
+            request=request,
+            agent_name=agent_name or "agent",
+            version=config,
+            conversation=info,
+            recent_messages=recent,
+        )
 
     # ------------------------------------------------------------------ life cycle
 
-    async def mark_running(self, subject: RunSubject, *, provider: str, model: str, started_at: datetime) -> bool:
-        """pending → running, with ``run_started`` in the outbox. False if the row was not pending."""
+    async def start(
+        self,
+        subject: RunSubject,
+        *,
+        provider: str,
+        model: str,
+        started_at: datetime,
+        resolve: Callable[[Session], T] | None = None,
+    ) -> Started[T] | None:
+        """pending → running with ``run_started`` in the outbox; in the same transaction, ``resolve``
+        (the credential lookup, which needs the tenant) runs on a sync session. None if the row was
+        no longer pending (closed meanwhile by a newer attempt)."""
         request = subject.request
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             await self._lock_conversation(session, request)
@@ -298,7 +316,7 @@ class RunStore:
                 .returning(AiAgentRun.id)
             )
             if result.scalar_one_or_none() is None:
-                return False
+                return None
             record = RunStarted(
                 org_id=request.org_id,
                 request_id=request.request_id,
@@ -316,7 +334,8 @@ class RunStore:
                 dry_run=request.dry_run,
             )
             enqueue_record(session.sync_session, Topics.RUN_STARTED, record, serde=self._serde)
-        return True
+            resolved = await session.run_sync(resolve) if resolve is not None else None
+        return Started(resolved)
 
     async def append_trace(
         self, request: RunRequested, entries: Sequence[dict[str, Any]], *, steps: int, usage: TokenUsage, cost: int
@@ -471,7 +490,10 @@ class RunStore:
             )
 
     async def price(self, provider: str, model: str) -> ModelPrice:
-        """Catalog prices (a global table, no tenant needed)."""
+        """Catalog prices (a global table, no tenant), cached: they change only with a migration."""
+        cached = self._prices.get((provider, model))
+        if cached is not None and time.monotonic() - cached[0] < PRICE_CACHE_S:
+            return cached[1]
         async with self._sessions() as session, session.begin():
             row = (
                 await session.execute(
@@ -482,15 +504,17 @@ class RunStore:
                     ).where(AiModel.provider == provider, AiModel.model == model)
                 )
             ).one_or_none()
-        if row is None:
-            return ModelPrice()
-        attributes = row.attributes or {}
-        return ModelPrice(
-            input_micros_per_mtok=row.input_price_micros_per_mtok,
-            output_micros_per_mtok=row.output_price_micros_per_mtok,
-            cache_read_micros_per_mtok=_int_or_none(attributes.get("cache_read_micros_per_mtok")),
-            cache_write_micros_per_mtok=_int_or_none(attributes.get("cache_write_micros_per_mtok")),
-        )
+        price = ModelPrice()
+        if row is not None:
+            attributes = row.attributes or {}
+            price = ModelPrice(
+                input_micros_per_mtok=row.input_price_micros_per_mtok,
+                output_micros_per_mtok=row.output_price_micros_per_mtok,
+                cache_read_micros_per_mtok=_int_or_none(attributes.get("cache_read_micros_per_mtok")),
+                cache_write_micros_per_mtok=_int_or_none(attributes.get("cache_write_micros_per_mtok")),
+            )
+        self._prices[(provider, model)] = (time.monotonic(), price)
+        return price
 
     @staticmethod
     async def _lock_conversation(session: AsyncSession, request: RunRequested) -> None:

@@ -80,6 +80,8 @@ class RunSubject:
     agent_name: str
     version: VersionConfig
     conversation: ConversationInfo | None
+    # The conversation's latest messages, newest first, loaded with the subject (one transaction).
+    recent_messages: tuple[HistoryItem, ...] = ()
 
     @property
     def inbound_text(self) -> str:

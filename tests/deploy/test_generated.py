@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from scripts.deploy import generate
 
 
@@ -34,7 +36,7 @@ def test_secret_detection_by_type_and_by_name() -> None:
     assert not generate.is_secret_name("RUNNER_MAX_OUTPUT_TOKENS")
 
 
-def test_config_values_are_accepted_by_every_settings_class(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_config_values_are_accepted_by_every_settings_class(monkeypatch: pytest.MonkeyPatch) -> None:
     """The generated ConfigMap parses: a value the code would refuse fails here, not in a pod."""
     config = generate.parse_env_file((generate.BASE / "config.env").read_text())
     for key, value in config.items():

@@ -74,9 +74,7 @@ _ids = itertools.count(1)
 
 def _anthropic(reply: Reply, model: str) -> dict[str, Any]:
     content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
-    content += [
-        {"type": "tool_use", "id": f"toolu_{next(_ids)}", "name": c.name, "input": c.args} for c in reply.calls
-    ]
+    content += [{"type": "tool_use", "id": f"toolu_{next(_ids)}", "name": c.name, "input": c.args} for c in reply.calls]
     return {
         "id": f"msg_{next(_ids)}",
         "type": "message",

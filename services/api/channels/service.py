@@ -4,8 +4,8 @@ The webhook secret is generated here (never chosen by a person, so it is long
 and random) and sealed with the key ring; the API must read it back in clear to
 verify HMAC signatures, which is why it is encrypted rather than hashed. The
 associated data names the column, the org and the row, so a ciphertext copied
-to another session or org does not open (AAD format below; the notifier uses
-the same format to open ``api_key``).
+to another session or org does not open (``sealed_aad``; ``switchboard admin
+rotate-keys`` re-seals both columns under a new primary key).
 
 Functions take a sync ``Session`` whose transaction the caller owns and never commit.
 """
@@ -28,6 +28,7 @@ from switchboard.db.audit import record_audit
 from switchboard.db.enums import ChannelProvider
 from switchboard.db.lookups import lookup_channel_session
 from switchboard.db.models.channels import ChannelSession
+from switchboard.rotation import channel_session_aad
 
 SECRET_PREFIX = "sbwh_"
 SealedField = Literal["webhook_secret", "api_key"]
@@ -40,8 +41,12 @@ class IssuedSecret:
 
 
 def sealed_aad(field: SealedField, org_id: uuid.UUID, session_id: uuid.UUID) -> bytes:
-    """``channel_sessions.<field>:<org_id>:<session_id>``: binds a ciphertext to its row."""
-    return f"channel_sessions.{field}:{org_id}:{session_id}".encode()
+    """``channel_sessions.<field>:<org_id>:<session_id>``: binds a ciphertext to its row.
+
+    The format is defined once in the shared package, where key rotation (and the
+    notifier, which opens ``api_key``) read it too.
+    """
+    return channel_session_aad(field, org_id, session_id)
 
 
 def new_webhook_secret() -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -35,6 +35,15 @@ class ToolFailure(Exception):
 
 def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
+
+
+def _parse_cursor(value: str) -> tuple[datetime, uuid.UUID]:
+    stamp, _, message_id = value.partition("|")
+    try:
+        moment = datetime.fromisoformat(stamp)
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)), uuid.UUID(message_id or str(uuid.UUID(int=0)))
+    except ValueError:
+        raise ToolFailure("before must be the next_before value of a previous answer") from None
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -85,24 +94,19 @@ class CrmTools:
         }
 
     async def conversation_history(self, claims: RunTokenClaims, *, limit: int, before: str | None) -> dict[str, Any]:
-        cutoff: datetime | None = None
-        if before:
-            try:
-                cutoff = datetime.fromisoformat(before)
-            except ValueError:
-                raise ToolFailure("before must be an ISO 8601 timestamp, as returned in next_before") from None
-            if cutoff.tzinfo is None:
-                cutoff = cutoff.replace(tzinfo=UTC)
+        """Newest ``limit`` messages before the cursor, returned oldest first; keyset paging on
+        (occurred_at, id), so messages with equal timestamps are never skipped."""
+        cursor = _parse_cursor(before) if before else None
         async with self.sessions() as session, async_tenant_transaction(session, claims.org_id):
             conversation = await self._conversation(session, claims)
             query = (
                 select(Message)
                 .where(Message.org_id == claims.org_id, Message.conversation_id == conversation.id)
-                .order_by(Message.occurred_at.desc())
+                .order_by(Message.occurred_at.desc(), Message.id.desc())
                 .limit(max(1, min(limit, MAX_HISTORY)))
             )
-            if cutoff is not None:
-                query = query.where(Message.occurred_at < cutoff)
+            if cursor is not None:
+                query = query.where(tuple_(Message.occurred_at, Message.id) < tuple_(*cursor))
             rows = list((await session.scalars(query)).all())
         rows.reverse()
         return {
@@ -116,7 +120,7 @@ class CrmTools:
                 }
                 for m in rows
             ],
-            "next_before": _iso(rows[0].occurred_at) if rows else None,
+            "next_before": f"{rows[0].occurred_at.isoformat()}|{rows[0].id}" if rows else None,
         }
 
     async def send_whatsapp_message(self, claims: RunTokenClaims, *, text: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ relay's business, so a slow or absent broker never slows WAHA down.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, ClassVar
 
 from fastapi import APIRouter, Header, Request
@@ -54,15 +55,30 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
+def _without_nul(value: Any) -> Any:
+    """PostgreSQL cannot store U+0000; a customer's message must not be lost for containing one."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_nul(key): _without_nul(item) for key, item in value.items()}
+    return value
+
+
 def _envelope(raw: bytes) -> WahaEvent:
     try:
+        if b"\\u0000" in raw or b"\x00" in raw:
+            return WahaEvent.model_validate(_without_nul(json.loads(raw)))
         return WahaEvent.model_validate_json(raw)
-    except ValidationError as exc:
+    except ValidationError as exc:  # before ValueError: pydantic's error is one
         problems = [
             {"loc": [str(p) for p in err.get("loc", ())], "msg": str(err.get("msg", "")), "type": err["type"]}
             for err in exc.errors(include_url=False, include_input=False)
         ]
         raise ValidationFailed("The body is not a WAHA event", details={"errors": problems}) from exc
+    except ValueError as exc:  # json.loads: not JSON, or not UTF-8
+        raise ValidationFailed("The body is not JSON") from exc
 
 
 _REQUEST_BODY: dict[str, Any] = {

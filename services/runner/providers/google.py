@@ -14,7 +14,6 @@ import ssl
 from typing import Any
 
 import certifi
-
 import httpx2
 from google import genai
 from google.genai import errors as genai_errors
@@ -168,7 +167,8 @@ class GoogleProvider(ModelProvider):
 
     async def complete(self, request: ModelRequest, access: ProviderAccess, *, timeout_s: float) -> ModelResponse:
         client = genai.Client(
-            api_key=access.api_key, http_options=self._http_options(access.base_url or self._default_base_url, timeout_s)
+            api_key=access.api_key,
+            http_options=self._http_options(access.base_url or self._default_base_url, timeout_s),
         )
         system = render_system(request.system)
         config = types.GenerateContentConfig(

@@ -453,3 +453,16 @@ async def test_session_status_event_follows_waha_state(
     assert row is not None and row.status == "working"
     shown = await client.get(f"/api/v1/channel-sessions/{channel.id}", headers=org.headers())
     assert shown.json()["data"]["status"] == "working"
+
+
+async def test_a_message_with_nul_characters_is_stored_without_them(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
+) -> None:
+    """WAHA would retry a refused delivery forever: NUL characters are dropped, the message kept."""
+    channel = await connect_channel(client, org)
+    event = message_event(channel, body="oi\u0000 tudo bem?")
+    response = await deliver(client, encode(event), channel.secret)
+    assert response.status_code == 200, response.text
+    assert response.json()["data"]["dispatched"] is True
+    stored = messages(db(org.org_id), channel, event["payload"]["id"])
+    assert [m.body for m in stored] == ["oi tudo bem?"]

@@ -9,6 +9,7 @@ own database is never touched.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -121,9 +123,23 @@ def scratch_database(server: PgServer, *, migrate: bool = True) -> Iterator[Scra
         finally:
             db.dispose()
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        _drop(admin, name)
         admin.dispose()
+
+
+def _drop(admin: Engine, name: str, attempts: int = 20) -> None:
+    """Drop the scratch database. A backend of the application role that is still exiting
+    (its client just disconnected) cannot be terminated by the owner, which is not a
+    superuser: FORCE then fails, so wait for it a little and try again."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            return
+        except ProgrammingError:
+            if attempt == attempts:
+                raise
+            time.sleep(0.25)
 
 
 @pytest.fixture(scope="module")

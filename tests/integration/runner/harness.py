@@ -49,8 +49,8 @@ from switchboard.db.models import (
     Contact,
     Conversation,
     Message,
-    OutboxEvent,
     Organization,
+    OutboxEvent,
 )
 from switchboard.db.session import create_engine, tenant_transaction
 from switchboard.kafka.producer import RecordProducer
@@ -190,7 +190,11 @@ def inbound(engine: Engine, agent: Agent, body: str, *, direction: str = "inboun
         session.add(message)
         session.flush()
         return InboundMessage(
-            message_id=message.id, external_id=message.external_id or "", chat_id=agent.chat_id, text=body, received_at=now
+            message_id=message.id,
+            external_id=message.external_id or "",
+            chat_id=agent.chat_id,
+            text=body,
+            received_at=now,
         )
 
 
@@ -255,7 +259,7 @@ class RunnerHarness:
             "model_call_timeout_s": 10.0,
             "tool_call_timeout_s": 5.0,
             "max_in_flight": 400,
-            "db_pool_size": 20,
+            "db_pool_size": 30,
             "stale_run_after_s": 5.0,
             "shutdown_grace_s": 5.0,
         }
@@ -321,7 +325,11 @@ class RunnerHarness:
         await self._producer.send(
             Topics.STEERING,
             SteeringMessage(
-                org_id=request.org_id, conversation_id=request.conversation_id, run_id=request.run_id, kind=kind, text=text
+                org_id=request.org_id,
+                conversation_id=request.conversation_id,
+                run_id=request.run_id,
+                kind=kind,
+                text=text,
             ),
         )
 
@@ -332,12 +340,39 @@ class RunnerHarness:
     async def wait_run(self, request: RunRequested, *, timeout_s: float = 30.0) -> AiAgentRun:
         deadline = time.monotonic() + timeout_s
         while True:
-            row = self.run_row(request)
+            # In a thread: a blocking query must not stall the event loop the runner lives in.
+            row = await asyncio.to_thread(self.run_row, request)
             if row is not None and row.status in TERMINAL:
                 return row
             if time.monotonic() > deadline:
                 raise AssertionError(f"run {request.run_id} not terminal after {timeout_s}s: {row and row.status}")
             await asyncio.sleep(0.1)
+
+    async def wait_runs(self, requests: Sequence[RunRequested], *, timeout_s: float = 60.0) -> dict[uuid.UUID, str]:
+        """Terminal status of many runs, polled with one query per org."""
+        by_org: dict[uuid.UUID, set[uuid.UUID]] = {}
+        for r in requests:
+            by_org.setdefault(r.org_id, set()).add(r.run_id)
+
+        def poll() -> dict[uuid.UUID, str]:
+            found: dict[uuid.UUID, str] = {}
+            with Session(self.db) as session:
+                for org_id, ids in by_org.items():
+                    with tenant_transaction(session, org_id):
+                        rows = session.execute(
+                            select(AiAgentRun.id, AiAgentRun.status).where(
+                                AiAgentRun.id.in_(ids), AiAgentRun.status.in_(TERMINAL)
+                            )
+                        )
+                        found.update({row.id: row.status for row in rows})
+            return found
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = await asyncio.to_thread(poll)
+            if len(found) == len(requests) or time.monotonic() > deadline:
+                return found
+            await asyncio.sleep(0.5)
 
     def run_row(self, request: RunRequested) -> AiAgentRun | None:
         with Session(self.db, expire_on_commit=False) as session, tenant_transaction(session, request.org_id):
@@ -368,8 +403,9 @@ class RunnerHarness:
         with Session(self.db) as session, tenant_transaction(session, org_id):
             return session.execute(text(sql), params).scalar()
 
-    async def topic_records(self, topic: Any, *, run_id: uuid.UUID | None = None, min_count: int = 1,
-                            timeout_s: float = 10.0) -> list[tuple[bytes, Any]]:
+    async def topic_records(
+        self, topic: Any, *, run_id: uuid.UUID | None = None, min_count: int = 1, timeout_s: float = 10.0
+    ) -> list[tuple[bytes, Any]]:
         """``(raw value, decoded record)`` of a topic (optionally one run's), waiting for ``min_count``."""
         serde = Serde.from_settings(self.kafka)
         consumer = AIOKafkaConsumer(

@@ -46,7 +46,11 @@ async def test_each_budget_stops_a_tool_happy_model(
     rh: RunnerHarness, limits: dict[str, int], abort_reason: str
 ) -> None:
     agent = create_agent(
-        rh.db, provider="anthropic", model="claude-sonnet-4-6", tool_ids=[SEARCH_CONTACTS], **limits  # type: ignore[arg-type]
+        rh.db,
+        provider="anthropic",
+        model="claude-sonnet-4-6",
+        tool_ids=[SEARCH_CONTACTS],
+        **limits,  # type: ignore[arg-type]
     )
     rh.fake.script(always_a_new_tool_call(input_tokens=900, output_tokens=60))  # type: ignore[arg-type]
     before = len(rh.fake.calls_to("anthropic"))
@@ -328,4 +332,3 @@ async def _until(condition: object, timeout_s: float = 10.0) -> None:
         if loop.time() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.05)
-

@@ -114,17 +114,18 @@ async def test_300_concurrent_runs_against_a_slow_model_all_complete(rh: RunnerH
         requests.append(run_request(_fresh_conversation(rh, agent), []))
     started = time.monotonic()
     await asyncio.gather(*(rh.submit(r) for r in requests))
-    rows = await asyncio.gather(*(rh.wait_run(r, timeout_s=90) for r in requests))
+    statuses = await rh.wait_runs(requests, timeout_s=90)
     elapsed = time.monotonic() - started
-    assert [r.status for r in rows].count("completed") == 300
+    assert list(statuses.values()).count("completed") == 300, statuses
     # Concurrency, not a queue: 300 one-second calls in far less than 300 seconds.
     assert elapsed < 60, elapsed
 
 
 async def test_in_flight_cap_applies_back_pressure(
-    stack: StackEndpoints, migrated: None, module_kafka: KafkaSettings
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings
 ) -> None:
-    async with harness(stack.database_url, module_kafka, max_in_flight=2) as small:
+    # Its own topics (the ``topics`` fixture): the module's runner must not take these runs.
+    async with harness(stack.database_url, topics, max_in_flight=2) as small:
         active = 0
         peak = 0
         lock = asyncio.Lock()
@@ -156,9 +157,9 @@ async def test_in_flight_cap_applies_back_pressure(
 
 
 async def test_shutdown_hands_back_runs_that_do_not_finish_in_time(
-    stack: StackEndpoints, migrated: None, module_kafka: KafkaSettings
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings
 ) -> None:
-    async with harness(stack.database_url, module_kafka, shutdown_grace_s=0.5) as h:
+    async with harness(stack.database_url, topics, shutdown_grace_s=0.5) as h:
         agent = create_agent(h.db, provider="anthropic", model="claude-haiku-4-5")
         h.fake.script([Reply(text="too slow", delay_s=20)])
         request = run_request(agent, [inbound(h.db, agent, "Oi")])
