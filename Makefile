@@ -80,11 +80,20 @@ compose-down: ## stop the Docker Compose stack and delete its data
 # --------------------------------------------------------------------------- benchmarks (docs/benchmarks.md)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-api
+.PHONY: bench bench-api bench-dispatch bench-runner
 
 bench-api: venv ## benchmark webhook ingest vs a bare FastAPI endpoint with wrk (~45 s; needs wrk)
 	@command -v wrk >/dev/null 2>&1 || { echo "bench-api needs wrk (Debian/Ubuntu: apt-get install -y wrk)"; exit 1; }
 	@bash $(STACK) up
 	$(PY) -m bench.api_ingest $(BENCH_ARGS)
 
-bench: bench-api ## run every benchmark (not tests: numbers depend on the machine)
+bench-dispatch: venv ## benchmark the dispatcher vs a plain aiokafka pipe and a PostgreSQL poller (~4 min)
+	@bash $(STACK) up
+	$(PY) -m bench.dispatch $(BENCH_ARGS)
+
+bench-runner: venv ## runner overhead per step vs LangGraph and OpenAI Agents SDK; 1,000 concurrent runs (~2 min)
+	$(PY) -m pip install -q -e '.[bench]'
+	@bash $(STACK) up
+	$(PY) -m bench.runner $(BENCH_ARGS)
+
+bench: bench-api bench-dispatch bench-runner ## run every benchmark (not tests: numbers depend on the machine)

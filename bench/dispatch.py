@@ -82,6 +82,9 @@ class Result:
     system: str
     max_rate_per_s: float | None = None
     max_rate_messages: int = 0
+    # CPU of the system's own process per message at max rate (broker and database not
+    # counted): what the throughput would be on a core of its own, whatever else runs.
+    cpu_ms_per_message: float | None = None
     p50_ms_at_rate: float | None = None
     p99_ms_at_rate: float | None = None
     rate_messages: int = 0
@@ -136,6 +139,12 @@ def _dispatch(org: uuid.UUID) -> DispatchRequested:
         wake_context=WakeContext(message_id=message.message_id),
         message=message,
     )
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -330,7 +339,9 @@ async def _produce_all(settings: KafkaSettings, records: list[DispatchRequested]
         await asyncio.gather(*futures)
 
 
-async def kafka_max_rate(make: Callable[[KafkaRun], System], messages: int, partitions: int) -> tuple[float, int]:
+async def kafka_max_rate(
+    make: Callable[[KafkaRun], System], messages: int, partitions: int
+) -> tuple[float, int, float]:
     async with kafka_topics(partitions) as run:
         records = [_dispatch(run.org) for _ in range(messages)]
         await _produce_all(run.settings, records)
@@ -338,13 +349,18 @@ async def kafka_max_rate(make: Callable[[KafkaRun], System], messages: int, part
         async with OutputWatch(system) as watch:
             try:
                 await system.start()
+                assert system.proc is not None
+                while not watch.arrived:
+                    await asyncio.sleep(0.001)
+                cpu_start = _cpu_seconds(system.proc.pid)
                 done = await watch.wait({r.message.message_id for r in records if r.message}, timeout_s=300)
+                cpu = _cpu_seconds(system.proc.pid) - cpu_start
             finally:
                 system.stop()
         times = sorted(watch.arrived.values())
         if not done or len(times) < 2:
             raise RuntimeError(f"{system.name}: only {len(times)} of {messages} outputs")
-        return (len(times) - 1) / (times[-1] - times[0]), len(times)
+        return (len(times) - 1) / (times[-1] - times[0]), len(times), cpu * 1000 / len(times)
 
 
 async def kafka_fixed_rate(
@@ -619,11 +635,14 @@ async def poller_benchmark(interval_s: float, messages: int, rate: float, durati
         poller = PollerSystem(url, interval_s, log_dir)
         poller.start()
         try:
+            assert poller.proc is not None
             await asyncio.to_thread(_wait_processed, url, messages, 600)
+            cpu = _cpu_seconds(poller.proc.pid)  # includes its start-up: an upper bound
         finally:
             poller.stop()
         _, _, span, count = _poll_stats(url, 0)
         result.max_rate_per_s, result.max_rate_messages = (count - 1) / span if span else None, count
+        result.cpu_ms_per_message = cpu * 1000 / count
         # Fixed rate: a warm poller, one committed insert per request (as an outbox write would be).
         since = _max_id(url)
         poller = PollerSystem(url, interval_s, log_dir)
@@ -659,7 +678,8 @@ async def kafka_benchmark(
     name: str, make: Callable[[KafkaRun], System], args: argparse.Namespace, note: str = ""
 ) -> Result:
     result = Result(system=name, note=note)
-    result.max_rate_per_s, result.max_rate_messages = await kafka_max_rate(make, args.messages, args.partitions)
+    rate, count, cpu = await kafka_max_rate(make, args.messages, args.partitions)
+    result.max_rate_per_s, result.max_rate_messages, result.cpu_ms_per_message = rate, count, cpu
     p50, p99, n = await kafka_fixed_rate(make, args.rate, args.duration, args.partitions)
     result.p50_ms_at_rate, result.p99_ms_at_rate, result.rate_messages = p50, p99, n
     return result
@@ -671,12 +691,12 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 def report(results: list[Result], args: argparse.Namespace) -> str:
     by_name = {r.system: r for r in results}
-    lines = [
-        f"{'system':<16} {'max rate /s':>12} {'p50 ms @' + str(int(args.rate)):>12} {'p99 ms @' + str(int(args.rate)):>12}",
-    ]
+    at = str(int(args.rate))
+    lines = [f"{'system':<16} {'max rate /s':>12} {'CPU ms/msg':>11} {'p50 ms @' + at:>12} {'p99 ms @' + at:>12}"]
     for r in results:
         lines.append(
-            f"{r.system:<16} {_fmt(r.max_rate_per_s, 0):>12} {_fmt(r.p50_ms_at_rate, 2):>12} {_fmt(r.p99_ms_at_rate, 2):>12}"
+            f"{r.system:<16} {_fmt(r.max_rate_per_s, 0):>12} {_fmt(r.cpu_ms_per_message, 3):>11}"
+            f" {_fmt(r.p50_ms_at_rate, 2):>12} {_fmt(r.p99_ms_at_rate, 2):>12}"
         )
     dispatcher, pipe, poll = by_name.get("dispatcher"), by_name.get("pipe-serde"), by_name.get("pg-poll-100ms")
     if dispatcher and pipe and dispatcher.max_rate_per_s and pipe.max_rate_per_s:

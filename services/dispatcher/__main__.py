@@ -1,14 +1,41 @@
 """Entry point: ``python -m services.dispatcher`` or ``switchboard dispatcher``."""
 
 import asyncio
+import gc
 
 from services.dispatcher.bootstrap import Dispatcher
 from services.dispatcher.settings import DispatcherSettings
 from switchboard.lifecycle import run_service
+from switchboard.observability.logging import get_logger
+
+log = get_logger(__name__)
+
+
+def _use_uvloop() -> None:
+    """uvloop's event loop: the dispatcher is bound by per-event Python overhead, and the
+    loop itself was a sixth of it (docs/benchmarks.md). Falls back to asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        log.warning("uvloop is not installed; using the asyncio event loop")
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def _tune_gc() -> None:
+    """Fewer, cheaper garbage collections: a batch allocates thousands of short-lived
+    objects, and with the default thresholds the collector ran several times per batch and
+    its occasional full passes showed up as latency spikes (docs/benchmarks.md)."""
+    gc.collect()
+    gc.freeze()  # what exists after imports is never garbage: keep it out of every pass
+    gc.set_threshold(50_000, 20, 100)
 
 
 def main() -> None:
     settings = DispatcherSettings()
+    if settings.uvloop:
+        _use_uvloop()
+    _tune_gc()
     running: list[Dispatcher] = []
 
     async def _main(stop: asyncio.Event) -> None:

@@ -30,7 +30,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final
 
@@ -39,7 +41,6 @@ import faust
 from services.dispatcher.processor import InEvent
 from services.dispatcher.settings import DispatcherSettings
 from switchboard.contracts import Topics, TopicSpec
-from switchboard.kafka.producer import RecordProducer
 from switchboard.observability.logging import get_logger
 from switchboard.settings import KafkaSettings
 
@@ -69,11 +70,10 @@ def broker_url(bootstrap_servers: str) -> str:
 
 
 class TableStore:
-    """The processor's ``StateStore`` on the faust table: local dict plus our changelog writes."""
+    """The processor's ``StateStore`` on the faust table (faust recovers it from the changelog)."""
 
-    def __init__(self, table: Any, producer: RecordProducer) -> None:
+    def __init__(self, table: Any) -> None:
         self._table = table
-        self._producer = producer
 
     @property
     def changelog_topic(self) -> str:
@@ -83,12 +83,12 @@ class TableStore:
         value = self._table.data.get(key)
         return bytes(value) if value is not None else None
 
-    async def put(self, key: bytes, value: bytes | None) -> asyncio.Future[Any]:
+    def set(self, key: bytes, value: bytes | None) -> None:
+        """The local copy only: the processor writes the changelog record with its batch."""
         if value is None:
             self._table.data.pop(key, None)
         else:
             self._table.data[key] = value
-        return await self._producer.send_bytes_soon(self.changelog_topic, key=key, value=value)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         return iter(list(self._table.data.items()))
@@ -164,6 +164,8 @@ class DispatcherApp:
         self._stream: Any = None
         self._drainer: asyncio.Task[None] | None = None
         self._stopping = False
+        self._received = 0
+        self._batch_running = False
 
         async def dispatch(stream: Any) -> None:
             # Group commit: this agent only collects events; ``_drain`` processes them in
@@ -173,7 +175,13 @@ class DispatcherApp:
             self._stream = stream
             stream.enable_acks = False
             async for event in stream.events():
+                if self._stopping:
+                    # Neither processed nor acknowledged: dropped, so never committed.
+                    del event
+                    continue
                 self._buffer.append(event)
+                self._received += 1
+                del event
                 self._arrived.set()
                 if len(self._buffer) >= self._batch_size * 2:
                     self._room.clear()
@@ -222,9 +230,13 @@ class DispatcherApp:
                 self._room.set()
             if not events:
                 continue
-            await self._on_batch([self._in_event(e) for e in events])
-            for event in events:
-                await self._stream.ack(event)
+            self._batch_running = True
+            try:
+                await self._on_batch([self._in_event(e) for e in events])
+                for event in events:
+                    await self._stream.ack(event)
+            finally:
+                self._batch_running = False
 
     @property
     def ready(self) -> bool:
@@ -245,15 +257,38 @@ class DispatcherApp:
     def on_fatal(self) -> None:
         """Replaced by the bootstrap with a crash-only exit."""
 
-    async def stop(self) -> None:
-        """Finish the batch in progress, then stop faust. Buffered events not yet processed
-        are not acknowledged, so they are not committed: the next owner replays them."""
+    async def stop(self, quiet_s: float = 0.3, drain_timeout_s: float = 10.0) -> None:
+        """Stop fetching, process what faust already handed out, then stop faust.
+
+        faust's consumer waits, on stop, until every event it handed to the agent is
+        acknowledged, and acknowledging an unprocessed event would commit it unprocessed.
+        So the partitions are paused and the drain goes on until no event arrived for
+        ``quiet_s``; whatever is left after ``drain_timeout_s`` is neither processed nor
+        committed (the next owner replays it) and faust's stop is cut short.
+        """
+        consumer = self.app.consumer
+        with contextlib.suppress(Exception):
+            consumer.pause_partitions(consumer.assignment())
+        deadline = time.monotonic() + drain_timeout_s
+        quiet_since = time.monotonic()
+        seen = -1
+        while time.monotonic() < deadline and self._drainer is not None and not self._drainer.done():
+            busy = bool(self._buffer) or self._batch_running
+            if busy or self._received != seen:
+                seen, quiet_since = self._received, time.monotonic()
+            elif time.monotonic() - quiet_since >= quiet_s:
+                break
+            await asyncio.sleep(0.02)
         self._stopping = True
         self._arrived.set()
         if self._drainer is not None:
             await asyncio.wait({self._drainer}, timeout=30)
             if not self._drainer.done():
                 self._drainer.cancel()
+        self._buffer.clear()
         self._room.set()
-        await self.app.stop()
+        try:
+            await asyncio.wait_for(self.app.stop(), timeout=max(1.0, deadline - time.monotonic() + 5))
+        except TimeoutError:
+            log.warning("faust did not stop in time; leaving unprocessed events uncommitted")
         self._datadir.cleanup()

@@ -88,6 +88,7 @@ class Dispatcher:
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.serde = Serde.from_settings(kafka)
         self.producer = RecordProducer(kafka, service=SERVICE, serde=self.serde, linger_ms=1)
+        self.output_producer = RecordProducer(kafka, service=SERVICE, serde=self.serde, linger_ms=1)
         self.engine = create_async_engine(
             settings.database.url.get_secret_value(), pool_size=settings.database.pool_size
         )
@@ -116,11 +117,12 @@ class Dispatcher:
             settings, on_batch=self._on_batch, on_timer=self._on_timer, on_rebalanced=self._on_rebalanced
         )
         self.faust.on_fatal = lambda: _exit_now(FATAL_EXIT_CODE)  # type: ignore[method-assign]
-        self.store = TableStore(self.faust.table, self.producer)
+        self.store = TableStore(self.faust.table)
         dead_letters = DeadLetterPublisher(self.producer, service=SERVICE, consumer_group=app_id(kafka))
         self.processor = BatchProcessor(
             store=self.store,
             emitter=self.producer,
+            output_emitter=self.output_producer,
             admission=self.admission,
             dead_letters=StreamDeadLetters(dead_letters, settings),
             index=self.index,
@@ -227,6 +229,7 @@ class Dispatcher:
             await self.engine.dispose()
             return
         await self.producer.start()
+        await self.output_producer.start()
         background: list[asyncio.Task[None]] = []
         try:
             background.append(_task(self.feed.run(stop), "published-feed"))
@@ -243,12 +246,13 @@ class Dispatcher:
             log.info("dispatcher stopping")
             self._stopping.set()
             try:
-                await asyncio.wait_for(self.faust.stop(), timeout=45)
+                await asyncio.wait_for(self.faust.stop(), timeout=25)
             except Exception:
                 log.error("faust did not stop cleanly", exc_info=True)
             stop.set()
             if background:
                 await asyncio.wait(background, timeout=30)
+            await self.output_producer.stop()
             await self.producer.stop()
             await self.admission.close()
             await self.engine.dispose()

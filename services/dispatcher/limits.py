@@ -98,3 +98,52 @@ def reply_not_before(
         return None
     ready = last + timedelta(seconds=interval_s)
     return ready if ready > now else None
+
+
+@dataclass
+class Reservoir:
+    """Run starts one worker already took from an org's window but has not used yet.
+
+    Asking PostgreSQL for exactly each batch's demand costs a round trip per batch. A
+    worker instead asks for its demand plus a small prefetch (``prefetch_share`` of the
+    org's limit, at most ``prefetch_cap``) and serves the next batches of the same window
+    from what is left. Tokens come only from the shared counter, so the sum over all
+    workers never exceeds the limit; what a worker still holds when the window ends is
+    simply not used (at most the prefetch per worker). Tokens are not used in the last
+    ``margin_s`` of a window, so a clock slightly ahead of the database's cannot carry
+    them into the next window.
+    """
+
+    prefetch_share: float = 0.05
+    prefetch_cap: int = 1000
+    margin_s: float = 0.25
+    left: int = 0
+    window_ends_at: datetime | None = None
+    limit: int | None = None
+
+    def usable(self, now: datetime) -> int:
+        if self.window_ends_at is None or now >= self.window_ends_at - timedelta(seconds=self.margin_s):
+            return 0
+        return self.left
+
+    def take_local(self, wanted: int, now: datetime) -> int:
+        """Serve from what is held; returns how many were served."""
+        served = min(wanted, self.usable(now))
+        self.left -= served
+        return served
+
+    def request_size(self, missing: int) -> int:
+        """How many to ask the database for when ``missing`` more are needed now."""
+        if self.limit is None:
+            return missing
+        return missing + min(self.prefetch_cap, int(self.limit * self.prefetch_share))
+
+    def refill(self, admitted: int, window_ends_at: datetime, limit: int, missing: int, now: datetime) -> int:
+        """Take in what the database admitted; returns how many of ``missing`` it covers."""
+        if self.window_ends_at != window_ends_at or self.usable(now) == 0:
+            self.left = 0  # a new window: last window's leftovers are gone
+        self.window_ends_at = window_ends_at
+        self.limit = limit
+        served = min(missing, admitted)
+        self.left += admitted - served
+        return served

@@ -36,6 +36,11 @@ BATCH_SECONDS = Histogram(
     ["phase"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+EVENT_WAIT = Histogram(
+    "switchboard_dispatcher_event_wait_seconds",
+    "From a record's timestamp (its producer's clock) to the start of the batch that handles it",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 CONVERSATIONS = Gauge("switchboard_dispatcher_conversations", "Conversations held by this worker, by state", ["state"])
 PUBLISHED_AGENTS = Gauge("switchboard_dispatcher_published_agents", "Agents in the published index")
 BUDGET_VIEW_AGE = Gauge(
@@ -62,6 +67,7 @@ class NoMatchWatch:
     _seen: dict[uuid.UUID, deque[tuple[datetime, bool]]] = field(default_factory=dict)
     _misses: dict[uuid.UUID, int] = field(default_factory=dict)
     _warned_at: dict[uuid.UUID, datetime] = field(default_factory=dict)
+    _touched: set[uuid.UUID] = field(default_factory=set)
 
     def record(self, org_id: uuid.UUID, outcome: DispatchOutcome, now: datetime) -> float:
         window = self._seen.setdefault(org_id, deque())
@@ -72,12 +78,10 @@ class NoMatchWatch:
         while window and window[0][0] < horizon:
             misses -= window.popleft()[1]
         self._misses[org_id] = misses
+        self._touched.add(org_id)
         total = len(window)
         rate = misses / total if total else 0.0
-        label = str(org_id)
-        NO_MATCH_RATE.labels(label).set(rate)
         alerting = total >= self.min_dispatches and rate > self.threshold
-        NO_MATCH_ALERT.labels(label).set(1 if alerting else 0)
         if alerting:
             last = self._warned_at.get(org_id)
             if last is None or now - last >= timedelta(seconds=self.window_s):
@@ -85,7 +89,7 @@ class NoMatchWatch:
                 log.warning(
                     "no_match rate above threshold",
                     extra={
-                        "organization_id": label,
+                        "organization_id": str(org_id),
                         "no_match_rate": round(rate, 3),
                         "threshold": self.threshold,
                         "dispatches_in_window": total,
@@ -93,3 +97,18 @@ class NoMatchWatch:
                     },
                 )
         return rate
+
+    def rate(self, org_id: uuid.UUID) -> float:
+        window = self._seen.get(org_id)
+        return self._misses.get(org_id, 0) / len(window) if window else 0.0
+
+    def publish(self) -> None:
+        """Set the gauges of the orgs recorded since the last call (once per batch, not per event)."""
+        for org_id in self._touched:
+            label = str(org_id)
+            rate = self.rate(org_id)
+            window = self._seen.get(org_id) or ()
+            NO_MATCH_RATE.labels(label).set(rate)
+            alerting = len(window) >= self.min_dispatches and rate > self.threshold
+            NO_MATCH_ALERT.labels(label).set(1 if alerting else 0)
+        self._touched.clear()

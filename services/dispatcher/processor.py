@@ -10,7 +10,9 @@ The faust agent hands each batch (``stream.take_events``) to :meth:`BatchProcess
    orgs granted less, fold their conversations again with exactly what was granted;
 4. write the new states (the changelog) and the decision records, and wait until the
    broker acknowledged both;
-5. only then send run requests, steering and lost-run completions.
+5. only then send run requests, steering and lost-run completions; their
+   acknowledgments are awaited at the start of the next batch's step 4, not here, so
+   the next batch is not held up by them (a failed send still stops the worker).
 
 A crash before 4 completes emits nothing the replay will not recompute (decision ids are
 derived, so the sink stores them once); a crash between 4 and 5 leaves a dispatched run
@@ -26,6 +28,7 @@ so the whole path is tested with fakes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -42,6 +45,7 @@ from services.dispatcher.state import ConversationState, Transition
 from switchboard.contracts import (
     ContractError,
     DispatchDecided,
+    DispatchOutcome,
     Record,
     Serde,
     Topics,
@@ -69,15 +73,24 @@ class InEvent:
 
 
 class StateStore(Protocol):
-    """The conversation table: local reads, writes that also go to the changelog."""
+    """The conversation table: the local copy; its changelog is written by the processor."""
+
+    @property
+    def changelog_topic(self) -> str: ...
 
     def get(self, key: bytes) -> bytes | None: ...
 
-    async def put(self, key: bytes, value: bytes | None) -> Awaitable[Any]: ...
+    def set(self, key: bytes, value: bytes | None) -> None: ...
+
+
+# (physical topic name, key, value); a None value is a tombstone.
+Raw = tuple[str, bytes | None, bytes | None]
 
 
 class Emitter(Protocol):
-    async def send_soon(self, topic: TopicSpec[Any], record: Any) -> Awaitable[Any]: ...
+    def encode(self, topic: TopicSpec[Any], record: Any) -> Raw: ...
+
+    async def send_many(self, items: Sequence[Raw]) -> Sequence[Awaitable[Any]]: ...
 
 
 class AdmissionClient(Protocol):
@@ -104,6 +117,14 @@ class _Group:
     failed: frozenset[int] = frozenset()
 
 
+# Decisions worth a log line of their own (the others are counted, and recorded on the topic).
+_NOTABLE = {
+    DispatchOutcome.RECOVERED: logging.WARNING,
+    DispatchOutcome.LOST: logging.ERROR,
+    DispatchOutcome.BUDGET_EXCEEDED: logging.INFO,
+}
+
+
 class BatchProcessor:
     """See the module docstring."""
 
@@ -113,6 +134,7 @@ class BatchProcessor:
         store: StateStore,
         emitter: Emitter,
         admission: AdmissionClient,
+        output_emitter: Emitter | None = None,
         dead_letters: DeadLetters,
         index: AgentIndex,
         budgets: Callable[[], BudgetView],
@@ -124,6 +146,9 @@ class BatchProcessor:
     ) -> None:
         self._store = store
         self._emitter = emitter
+        # Run requests go through their own producer (its own connection) so that their
+        # acknowledgments never queue behind, or ahead of, the next batch's state writes.
+        self._outputs = output_emitter or emitter
         self._admission = admission
         self._dead_letters = dead_letters
         self._index = index
@@ -133,10 +158,17 @@ class BatchProcessor:
         self._due = due
         self._no_match = no_match or NoMatchWatch()
         self._clock = clock
+        # Prometheus label lookups cost more than the increments: keep the children.
+        self._counters: dict[Any, Any] = {}
+        self._in_flight: list[Awaitable[Any]] = []
 
     async def process(self, events: Sequence[InEvent]) -> None:
         started = time.perf_counter()
         metrics.BATCH_EVENTS.observe(len(events))
+        wall_ms = time.time() * 1000
+        for event in events:
+            if event.timestamp_ms:
+                metrics.EVENT_WAIT.observe(max(0.0, wall_ms - event.timestamp_ms) / 1000)
         groups = await self._decode(events)
         if not groups:
             return
@@ -190,7 +222,7 @@ class BatchProcessor:
                 await self._dead_letter(event, "org_mismatch", "record names another org than its conversation")
                 continue
             group.events.append((event, record))
-            RECORDS_CONSUMED.labels(SERVICE, event.topic.name, "handled").inc()
+            self._consumed(event.topic.name).inc()
         return groups
 
     # --------------------------------------------------------------------------- folding
@@ -245,9 +277,10 @@ class BatchProcessor:
 
     async def _commit(self, groups: Iterable[_Group], now: datetime) -> None:
         groups_list = list(groups)
-        first_wave: list[Awaitable[Any]] = []
+        first_wave: list[Raw] = []
         outputs = []
         decisions: list[DispatchDecided] = []
+        changelog = self._store.changelog_topic
         for group in groups_list:
             transition = group.transition
             if transition is None:
@@ -255,7 +288,8 @@ class BatchProcessor:
             new_state = transition.state
             after = new_state.to_bytes() if new_state is not None else None
             if after != group.before:
-                first_wave.append(await self._store.put(group.key, after))
+                self._store.set(group.key, after)
+                first_wave.append((changelog, group.key, after))
                 if self._due is not None:
                     self._due.update(
                         group.key,
@@ -264,25 +298,66 @@ class BatchProcessor:
                     )
             decisions.extend(transition.decisions)
             outputs.extend(transition.outputs)
-        for decision in decisions:
-            first_wave.append(await self._emitter.send_soon(Topics.DISPATCH_DECISIONS, decision))
+        first_wave.extend(self._emitter.encode(Topics.DISPATCH_DECISIONS, d) for d in decisions)
+        await self._settle_outputs()
         flushed = time.perf_counter()
         if first_wave:
-            await asyncio.gather(*first_wave)
+            await asyncio.gather(*await self._emitter.send_many(first_wave))
         metrics.BATCH_SECONDS.labels("state_ack").observe(time.perf_counter() - flushed)
-        sent = time.perf_counter()
-        second_wave = [await self._emitter.send_soon(out.topic, out.record) for out in outputs]
-        if second_wave:
-            await asyncio.gather(*second_wave)
-        metrics.BATCH_SECONDS.labels("outputs_ack").observe(time.perf_counter() - sent)
+        if outputs:
+            # Sent, not awaited: nothing waits on these acknowledgments. A run request lost
+            # with a crash before its ack is the case the lease covers (docs/dispatcher.md),
+            # and the next batch checks that these were written (``_settle_outputs``).
+            second_wave = [self._outputs.encode(out.topic, out.record) for out in outputs]
+            self._in_flight.extend(await self._outputs.send_many(second_wave))
         for decision in decisions:
-            metrics.DECISIONS.labels(str(decision.org_id), decision.outcome.value).inc()
+            self._decided(decision.org_id, decision.outcome.value).inc()
+            if decision.outcome in _NOTABLE:
+                log.log(
+                    _NOTABLE[decision.outcome],
+                    f"dispatch decision: {decision.outcome.value}",
+                    extra={
+                        "organization_id": str(decision.org_id),
+                        "conversation_id": str(decision.conversation_id),
+                        "agent_id": str(decision.agent_id) if decision.agent_id else None,
+                        "run_id": str(decision.run_id) if decision.run_id else None,
+                        "attempt": decision.attempt,
+                        "parent_run_id": str(decision.parent_run_id) if decision.parent_run_id else None,
+                        "request_id": decision.request_id,
+                        "reason": decision.reason,
+                    },
+                )
         for group in groups_list:
             if group.transition is not None:
                 for outcome in group.transition.arrivals:
                     self._no_match.record(group.org_id, outcome, now)
+        self._no_match.publish()
         if decisions or outputs:
             log.debug("batch committed", extra={"decisions": len(decisions), "outputs": len(outputs)})
+
+    async def _settle_outputs(self) -> None:
+        """Wait for the previous batch's run requests to be acknowledged (raises if one failed)."""
+        if self._in_flight:
+            waiting, self._in_flight = self._in_flight, []
+            started = time.perf_counter()
+            await asyncio.gather(*waiting)
+            metrics.BATCH_SECONDS.labels("outputs_ack").observe(time.perf_counter() - started)
+
+    async def drain(self) -> None:
+        """Wait for every output sent so far (before a graceful stop)."""
+        await self._settle_outputs()
+
+    def _consumed(self, topic: str) -> Any:
+        counter = self._counters.get(topic)
+        if counter is None:
+            counter = self._counters[topic] = RECORDS_CONSUMED.labels(SERVICE, topic, "handled")
+        return counter
+
+    def _decided(self, org_id: uuid.UUID, outcome: str) -> Any:
+        counter = self._counters.get((org_id, outcome))
+        if counter is None:
+            counter = self._counters[(org_id, outcome)] = metrics.DECISIONS.labels(str(org_id), outcome)
+        return counter
 
     async def _dead_letter(self, event: InEvent, code: str, message: str) -> None:
         log.warning(

@@ -21,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from services.runner.budget import RunLimits
@@ -70,6 +72,7 @@ from switchboard.run_tokens import RunTokenClaims, mint_run_token
 from switchboard.tool_catalog import REQUEST_HUMAN_HANDOFF, TOOL_KINDS, ToolKind
 
 log = get_logger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -202,8 +205,10 @@ class RunExecutor:
                     except NoCredential as exc:
                         return exc
 
-        started = await self._deps.store.start(
-            subject, provider=version.provider, model=version.model, started_at=started_at, resolve=resolve
+        started = await _with_db_retries(
+            lambda: self._deps.store.start(
+                subject, provider=version.provider, model=version.model, started_at=started_at, resolve=resolve
+            )
         )
         if started is None:
             return None
@@ -218,7 +223,9 @@ class RunExecutor:
         deadline = time.monotonic() + self._settings.claim_wait_s
         delay = 0.2
         while True:
-            claim = await self._deps.store.claim(request, stale_after_s=self._settings.stale_run_after_s)
+            claim = await _with_db_retries(
+                lambda: self._deps.store.claim(request, stale_after_s=self._settings.stale_run_after_s)
+            )
             if claim.state is ClaimState.CREATED:
                 handle.status = "pending"
                 return claim.subject
@@ -367,7 +374,7 @@ class RunExecutor:
             actions_executed=_actions(request, outcome, completed_at),
             invalid_credential_id=invalid,
         )
-        await self._deps.store.finish(subject, finish)
+        await _with_db_retries(lambda: self._deps.store.finish(subject, finish))
         events.done(classification.status, outcome.summary)
         self._observe(version.provider, outcome, classification.status, latency_ms)
         log.info(
@@ -425,6 +432,26 @@ class RunExecutor:
 
 
 _AUTH_CODE = ProviderError(ProviderErrorKind.AUTH, provider="any").code
+
+
+async def _with_db_retries(action: Callable[[], Awaitable[T]], *, attempts: int = 4) -> T:
+    """Run one transaction, again after a transient database error (deadlock victim, lost
+    connection, serialization failure); constraint violations are not transient and raise at once."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await action()
+        except IntegrityError:
+            raise
+        except DBAPIError as exc:
+            if attempt == attempts or not (exc.connection_invalidated or _transient(exc)):
+                raise
+            log.warning("database error, retrying", extra={"attempt": attempt, "error": type(exc.orig).__name__})
+            await asyncio.sleep(0.1 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _transient(exc: DBAPIError) -> bool:
+    return isinstance(exc, OperationalError) or getattr(exc.orig, "sqlstate", None) in {"40001", "40P01"}
 
 
 def _tool_server_down() -> LoopOutcome:

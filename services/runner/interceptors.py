@@ -17,6 +17,8 @@ loop:
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -139,11 +141,16 @@ class ArgumentGuard(_Passthrough):
         return None
 
 
+@functools.lru_cache(maxsize=256)
+def _validator(schema_json: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads(schema_json))
+
+
 def _schema_problem(schema: Any, arguments: Any) -> str | None:
     if not schema:
         return None
     try:
-        validator = jsonschema.Draft202012Validator(schema)
+        validator = _validator(json.dumps(schema, sort_keys=True, default=str))
         error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
     except jsonschema.exceptions.SchemaError:
         return None  # the server validates again; a schema we cannot read is not the model's fault

@@ -50,7 +50,7 @@ class RunnerSettings(ServiceSettings):
     min_output_tokens: int = Field(default=64, ge=1)
 
     # The internal MCP tool server (services/api/mcp) and the lifetime of a run's token.
-    mcp_url: str = "http://127.0.0.1:8000/mcp"
+    mcp_url: str = "http://127.0.0.1:8100/mcp"
     mcp_token_ttl_s: int = Field(default=3600, ge=60)
 
     # Platform keys: step 3 of credential resolution, when neither the version nor the org has one.

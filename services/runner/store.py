@@ -404,7 +404,6 @@ class RunStore:
                     completed_at=finish.completed_at,
                 )
             )
-            await session.run_sync(_add_usage, request, usage, outcome.cost_micros, finish.completed_at)
             if finish.invalid_credential_id is not None:
                 await session.execute(
                     update(AiProviderCredential)
@@ -443,6 +442,9 @@ class RunStore:
             enqueue_record(
                 session.sync_session, Topics.RUN_COMPLETED, run_completed(subject, finish), serde=self._serde
             )
+            # Last: the org's and agent's monthly rows are shared by every run of the org, so their
+            # row locks are held only from here to the commit.
+            await session.run_sync(_add_usage, request, usage, outcome.cost_micros, finish.completed_at)
 
     async def hand_back(self, subject: RunSubject, finish: Finish) -> None:
         """Shutdown: close the row as lost and count its usage, but emit no ``run_completed``,
@@ -482,11 +484,16 @@ class RunStore:
             await session.run_sync(_add_usage, request, outcome.usage, outcome.cost_micros, finish.completed_at)
 
     async def heartbeat(self, org_id: uuid.UUID, run_ids: Sequence[uuid.UUID]) -> None:
+        """Refresh the lease column. Rows locked by their own run's write are skipped (that write
+        refreshes it anyway), so a heartbeat never waits for, or deadlocks with, a run."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
             await session.execute(
-                update(AiAgentRun)
-                .where(AiAgentRun.org_id == org_id, AiAgentRun.id.in_(list(run_ids)), AiAgentRun.status.in_(_ACTIVE))
-                .values(heartbeat_at=datetime.now(UTC))
+                text(
+                    "UPDATE ai_agent_runs SET heartbeat_at = now() WHERE id IN ("
+                    " SELECT id FROM ai_agent_runs WHERE org_id = :org AND id = ANY(:ids)"
+                    " AND status IN ('pending', 'running') FOR UPDATE SKIP LOCKED)"
+                ),
+                {"org": org_id, "ids": list(run_ids)},
             )
 
     async def price(self, provider: str, model: str) -> ModelPrice:

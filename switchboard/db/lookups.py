@@ -78,6 +78,8 @@ class RunAdmission:
     admitted: int
     # End of the current window, by the database clock: when the refused ones may retry.
     window_ends_at: datetime
+    # The limit that applied (the org's own, or the caller's default).
+    limit_per_window: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,4 +148,4 @@ def admit_org_runs(
         text("SELECT * FROM admit_org_runs(:o, :n, :w, :d)"),
         {"o": org_id, "n": requested, "w": window_seconds, "d": default_limit},
     ).one()
-    return RunAdmission(int(row.admitted), row.window_ends_at)
+    return RunAdmission(int(row.admitted), row.window_ends_at, int(row.limit_per_window))

@@ -48,6 +48,11 @@ def test_service_starts_answers_health_and_stops_on_sigterm(service: str, stack:
             assert response.headers.get("X-Request-Id")
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
         assert metrics.status_code == 200
+        # Stop a service that finished starting (the dispatcher first reads the published agents).
+        deadline = time.monotonic() + 30
+        while httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code != 200:
+            assert time.monotonic() < deadline, f"{service} never became ready"
+            time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     finally:

@@ -96,12 +96,17 @@ def create_agent(
     followup: dict[str, Any] | None = None,
     system_prompt: str = "You are a helpful sales assistant.",
     contact_name: str = "Ana Souza",
+    org_id: uuid.UUID | None = None,
 ) -> Agent:
-    org_id = uuid.uuid4()
+    """An agent with a published version, a channel, a contact and a conversation; a new org unless
+    ``org_id`` names an existing one."""
+    new_org = org_id is None
+    org_id = org_id or uuid.uuid4()
     keyring = KeyRing.from_settings()
     with Session(engine) as session, tenant_transaction(session, org_id):
-        session.add(Organization(id=org_id, name=f"Org {org_id.hex[:6]}", slug=f"org-{org_id.hex[:12]}"))
-        session.flush()
+        if new_org:
+            session.add(Organization(id=org_id, name=f"Org {org_id.hex[:6]}", slug=f"org-{org_id.hex[:12]}"))
+            session.flush()
         channel = ChannelSession(
             org_id=org_id, external_session=f"s-{uuid.uuid4().hex[:12]}", label="Main", status="working"
         )

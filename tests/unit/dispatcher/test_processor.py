@@ -44,6 +44,8 @@ class Log(list[tuple[str, str]]):
 
 
 class FakeStore:
+    changelog_topic = "t.conversations-changelog"
+
     def __init__(self, log: Log) -> None:
         self.data: dict[bytes, bytes] = {}
         self._log = log
@@ -51,22 +53,35 @@ class FakeStore:
     def get(self, key: bytes) -> bytes | None:
         return self.data.get(key)
 
-    async def put(self, key: bytes, value: bytes | None) -> asyncio.Future[None]:
+    def set(self, key: bytes, value: bytes | None) -> None:
         if value is None:
             self.data.pop(key, None)
         else:
             self.data[key] = value
-        return self._log.future("state", key.decode())
 
 
 class FakeEmitter:
+    """Encodes like the real producer; each record gets its own acknowledgment future."""
+
     def __init__(self, log: Log) -> None:
         self.sent: list[tuple[str, Any]] = []
         self._log = log
+        self._records: dict[bytes, tuple[str, Any]] = {}
 
-    async def send_soon(self, topic: TopicSpec[Any], record: Any) -> asyncio.Future[None]:
-        self.sent.append((topic.name, record))
-        return self._log.future("record", topic.name)
+    def encode(self, topic: TopicSpec[Any], record: Any) -> tuple[str, bytes | None, bytes]:
+        value = SERDE.encode(topic, record)
+        self._records[value] = (topic.name, record)
+        return topic.name, encode_key(topic, record), value
+
+    async def send_many(self, items: Any) -> list[asyncio.Future[None]]:
+        futures = []
+        for name, key, value in items:
+            if name == FakeStore.changelog_topic:
+                futures.append(self._log.future("state", key.decode()))
+                continue
+            self.sent.append(self._records[value])
+            futures.append(self._log.future("record", name))
+        return futures
 
     def records(self, topic: TopicSpec[Any]) -> list[Any]:
         return [r for name, r in self.sent if name == topic.name]
@@ -226,6 +241,7 @@ async def test_a_batch_of_replays_writes_and_sends_nothing() -> None:
     proc, log, _, emitter, _, _ = processor()
     d = dispatch()
     await proc.process([event(d)])
+    await proc.drain()
     sent, entries = len(emitter.sent), len(log)
     proc._clock = lambda: T0 + timedelta(seconds=3)  # later: still nothing to write
     await proc.process([event(d, offset=5)])

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-
 from services.runner.budget import ModelPrice, RunLimits
 from services.runner.context import PromptDraft, compose, default_builders
 from services.runner.interceptors import default_interceptors
@@ -392,6 +390,3 @@ async def test_messages_are_not_lost_when_assistant_turns_are_merged() -> None:
     draft = await compose(_subject(history), [], default_builders())
     assistant = [m for m in draft.messages if isinstance(m, AssistantMessage)]
     assert len(assistant) == 1 and assistant[0].text == "a1\na2"
-
-
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

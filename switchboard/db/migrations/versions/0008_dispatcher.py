@@ -74,7 +74,7 @@ $$
 _ADMIT_ORG_RUNS = f"""
 CREATE FUNCTION admit_org_runs(p_org_id uuid, p_requested integer, p_window_seconds integer,
                                p_default_limit integer)
-RETURNS TABLE (admitted integer, window_ends_at timestamptz)
+RETURNS TABLE (admitted integer, window_ends_at timestamptz, limit_per_window integer)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER {_SEARCH_PATH} AS $$
 DECLARE
     v_window integer := greatest(p_window_seconds, 1);
@@ -98,7 +98,7 @@ BEGIN
     END IF;
     DELETE FROM public.dispatch_rate_windows AS w
     WHERE w.organization_id = p_org_id AND w.window_start < v_start;
-    RETURN QUERY SELECT v_grant, v_start + make_interval(secs => v_window);
+    RETURN QUERY SELECT v_grant, v_start + make_interval(secs => v_window), v_limit;
 END
 $$
 """
@@ -111,7 +111,9 @@ def _outcome_check(values: Sequence[str]) -> str:
 def upgrade() -> None:
     op.add_column(
         "dispatch_decisions",
-        sa.Column("decision_id", postgresql.UUID(as_uuid=True), server_default=sa.text("gen_random_uuid()"), nullable=False),
+        sa.Column(
+            "decision_id", postgresql.UUID(as_uuid=True), server_default=sa.text("gen_random_uuid()"), nullable=False
+        ),
     )
     op.drop_constraint(op.f("uq_dispatch_decisions_dispatch_event_id_outcome"), "dispatch_decisions", type_="unique")
     op.create_unique_constraint(op.f("uq_dispatch_decisions_decision_id"), "dispatch_decisions", ["decision_id"])
@@ -119,7 +121,9 @@ def upgrade() -> None:
         op.f("ix_dispatch_decisions_dispatch_event_id"), "dispatch_decisions", ["dispatch_event_id"], unique=False
     )
     op.drop_constraint(op.f("ck_dispatch_decisions_outcome"), "dispatch_decisions", type_="check")
-    op.create_check_constraint(op.f("ck_dispatch_decisions_outcome"), "dispatch_decisions", _outcome_check(_OUTCOMES_AFTER))
+    op.create_check_constraint(
+        op.f("ck_dispatch_decisions_outcome"), "dispatch_decisions", _outcome_check(_OUTCOMES_AFTER)
+    )
 
     op.create_table(
         "dispatch_rate_windows",
@@ -150,9 +154,7 @@ def downgrade() -> None:
 
     # Decisions the old CHECK and unique key cannot hold are dropped with the feature.
     op.execute(
-        "DELETE FROM dispatch_decisions WHERE outcome NOT IN ("
-        + ", ".join(f"'{v}'" for v in _OUTCOMES_BEFORE)
-        + ")"
+        "DELETE FROM dispatch_decisions WHERE outcome NOT IN (" + ", ".join(f"'{v}'" for v in _OUTCOMES_BEFORE) + ")"
     )
     op.execute(
         "DELETE FROM dispatch_decisions AS d USING dispatch_decisions AS e"

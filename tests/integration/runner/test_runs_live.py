@@ -1,0 +1,153 @@
+"""The dry-run test endpoint and the SSE stream of a run's events, through the API app in-process.
+
+The dispatcher is emulated (it is tested on its own): the test reads the
+``dispatch_requested`` the endpoint put in the outbox and hands the runner the
+matching ``run_requested``, as the dispatcher does for a dry run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.api.app import create_app
+from services.api.runs_live.endpoints import router as live_router
+from services.api.settings import ApiSettings
+from switchboard.contracts import DispatchRequested, RunRequested, Serde, Topics
+from switchboard.db.models import OutboxEvent
+from switchboard.settings import DatabaseSettings, KafkaSettings
+from switchboard.tool_catalog import SEND_WHATSAPP_MESSAGE
+from tests.integration.runner.harness import RunnerHarness, create_agent
+from tests.support.api import OrgHandle, create_org
+from tests.support.fake_llm import Reply, ServedApp, tool
+from tests.support.stack import StackEndpoints
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def api(stack: StackEndpoints, module_kafka: KafkaSettings) -> AsyncIterator[httpx.AsyncClient]:
+    settings = ApiSettings(
+        database=DatabaseSettings(url=stack.database_url, owner_url=stack.database_owner_url),
+        kafka=module_kafka,
+        outbox_relay=False,
+    )
+    app = create_app(settings)
+    app.include_router(live_router)
+    # Served for real (uvicorn): httpx's in-process transport cannot stream a response.
+    served = await ServedApp(app).start()
+    try:
+        async with httpx.AsyncClient(base_url=served.url, timeout=60) as http:
+            yield http
+    finally:
+        await served.stop()
+
+
+@contextlib.asynccontextmanager
+async def emulated_dispatcher(rh: RunnerHarness, org_id: uuid.UUID) -> AsyncIterator[None]:
+    serde = Serde.from_settings(rh.kafka)
+    handled: set[int] = set()
+
+    async def loop() -> None:
+        while True:
+            with Session(rh.db) as session:
+                rows = session.execute(
+                    select(OutboxEvent.id, OutboxEvent.payload).where(
+                        OutboxEvent.topic == Topics.DISPATCH_REQUESTED.name, OutboxEvent.id.not_in(handled or {0})
+                    )
+                ).all()
+            for row in rows:
+                handled.add(row.id)
+                record = serde.decode(Topics.DISPATCH_REQUESTED, row.payload)
+                if record.org_id != org_id:
+                    continue
+                assert isinstance(record, DispatchRequested) and record.dry_run and record.message
+                assert record.target_agent_id and record.target_version_id
+                await rh.submit(
+                    RunRequested(
+                        org_id=record.org_id,
+                        conversation_id=record.conversation_id,
+                        contact_id=record.contact_id,
+                        channel_session_id=record.channel_session_id,
+                        run_id=uuid.uuid4(),
+                        agent_id=record.target_agent_id,
+                        version_id=record.target_version_id,
+                        wake_reason=record.wake_reason,
+                        wake_context=record.wake_context,
+                        messages=(record.message,),
+                        dispatch_ids=(record.event_id,),
+                        dry_run=True,
+                    )
+                )
+            await asyncio.sleep(0.2)
+
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def parse_sse(body: str) -> list[tuple[str, dict[str, object]]]:
+    events = []
+    for block in body.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":"))
+        if "event" in fields:
+            events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+async def test_dry_run_returns_the_trace_sends_nothing_and_streams_its_events(
+    rh: RunnerHarness, api: httpx.AsyncClient, stack: StackEndpoints
+) -> None:
+    org: OrgHandle = create_org(stack.database_url)
+    agent = create_agent(
+        rh.db, org_id=org.org_id, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEND_WHATSAPP_MESSAGE]
+    )
+    rh.fake.script([tool(SEND_WHATSAPP_MESSAGE, {"text": "oferta"}), Reply(text="Custa R$ 10.", output_tokens=9)])
+    async with emulated_dispatcher(rh, org.org_id):
+        response = await api.post(
+            f"/api/v1/ai/agents/{agent.agent_id}/versions/{agent.version_id}:test",
+            json={"sample_message": "Quanto custa o produto X?", "sample_contact": {"name": "Cliente Teste"}},
+            headers=org.headers(),
+        )
+    assert response.status_code == 200, response.text
+    data = response.json()["data"]
+    assert data["status"] == "completed" and data["final_text"] == "Custa R$ 10."
+    assert data["run"]["is_dry_run"] is True
+    assert data["would_send_to"]["chat_id"].startswith("switchboard-test-")
+    assert [s["tool_name"] for s in data["tool_calls"] if s["tool_name"]] == [SEND_WHATSAPP_MESSAGE]
+    assert data["tokens_out"] > 0 and data["cost_micro_usd"] > 0 and data["latency_ms"] is not None
+    outbound = rh.scalar(org.org_id, "SELECT count(*) FROM messages WHERE direction = 'outbound'")
+    assert outbound == 0
+
+    stream = await api.get(f"/api/v1/runs/{data['run_id']}/events", headers=org.headers())
+    assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+    events = parse_sse(stream.text)
+    kinds = [kind for kind, _ in events]
+    assert kinds[-1] == "done" and {"tool_call", "tool_result", "usage", "text"} <= set(kinds)
+    seqs = [payload["seq"] for _, payload in events]
+    assert seqs == sorted(seqs)
+    # Resuming after the first events replays only what came later.
+    resumed = await api.get(
+        f"/api/v1/runs/{data['run_id']}/events", headers={**org.headers(), "Last-Event-ID": str(seqs[1])}
+    )
+    assert [p["seq"] for _, p in parse_sse(resumed.text)] == seqs[2:]
+
+
+async def test_events_of_another_orgs_run_are_not_found(
+    rh: RunnerHarness, api: httpx.AsyncClient, stack: StackEndpoints
+) -> None:
+    org = create_org(stack.database_url)
+    response = await api.get(f"/api/v1/runs/{uuid.uuid4()}/events", headers=org.headers())
+    assert response.status_code == 404
