@@ -21,6 +21,7 @@ from services.api.core.text_guard import reject_nul_characters
 from services.api.credentials.endpoints import router as credentials_router
 from services.api.identity.endpoints import router as identity_router
 from services.api.runs.endpoints import router as runs_router
+from services.api.runs_live.endpoints import router as runs_live_router
 from services.api.settings import ApiSettings
 from services.api.webhooks.endpoints import router as webhooks_router
 from switchboard.contracts import Serde
@@ -100,6 +101,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         channels_router,
         webhooks_router,
         audit_router,
+        runs_live_router,
     ):
         app.include_router(router)
     return app

@@ -116,8 +116,9 @@ def lost_run_completed(state: ConversationState, active: ActiveRun, now: datetim
     )
 
 
-def next_due(state: ConversationState, state_ttl_s: float) -> datetime | None:
-    """When the timer should next look at this conversation; None: only events can change it."""
+def next_due(state: ConversationState, state_ttl_s: float) -> datetime:
+    """When the timer should next look at this conversation: its lease, its deferred
+    dispatches' not-before time, or (idle) the end of its state's life."""
     if state.active is not None:
         return state.active.lease_expires_at
     if state.pending:

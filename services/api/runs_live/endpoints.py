@@ -1,4 +1,4 @@
-"""``POST /api/v1/ai/agents/{id}/versions/{vid}:test`` and ``GET /api/v1/runs/{id}/events`` (SSE).
+"""``POST /api/v1/agents/{id}/versions/{vid}:test`` and ``GET /api/v1/runs/{id}/events`` (SSE).
 
 Settings (env, prefix ``API_``): ``API_DRY_RUN_TIMEOUT_S`` (default 60) bounds how long
 the test endpoint waits; past it the answer is ``202`` with what is known so far (the
@@ -98,7 +98,7 @@ def _result(run: AiAgentRun | None) -> DryRunResult:
 
 
 @router.post(
-    "/ai/agents/{agent_id}/versions/{version_id}:test",
+    "/agents/{agent_id}/versions/{version_id}:test",
     response_model=Envelope[DryRunResult],
     responses={
         202: {"model": Envelope[DryRunResult], "description": "still running at the deadline"},

@@ -62,6 +62,8 @@ async def test_org_a_cannot_read_change_or_learn_of_org_b_resources(
         body: dict[str, Any] | None = {} if method in {"POST", "PATCH"} else None
         if method == "POST" and path.endswith("/versions"):
             body = version_body(None)
+        if path.endswith(":test"):
+            body = {"sample_message": "Oi"}
         if path.endswith(":publish"):
             body = {"version_id": ids["version_id"]}
         if method == "PATCH" and "agents" in path:

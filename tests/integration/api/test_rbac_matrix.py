@@ -57,6 +57,8 @@ POLICY: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/runs"): "manager",
     ("GET", "/api/v1/runs/{run_id}"): "manager",
     ("GET", "/api/v1/agents/{agent_id}/runs"): "manager",
+    ("POST", "/api/v1/agents/{agent_id}/versions/{version_id}:test"): "admin_mfa",
+    ("GET", "/api/v1/runs/{run_id}/events"): "manager",
     ("GET", "/api/v1/channel-sessions"): "manager",
     ("GET", "/api/v1/channel-sessions/{session_id}"): "manager",
     ("POST", "/api/v1/channel-sessions"): "admin_mfa",

@@ -117,7 +117,7 @@ async def test_dry_run_returns_the_trace_sends_nothing_and_streams_its_events(
     rh.fake.script([tool(SEND_WHATSAPP_MESSAGE, {"text": "oferta"}), Reply(text="Custa R$ 10.", output_tokens=9)])
     async with emulated_dispatcher(rh, org.org_id):
         response = await api.post(
-            f"/api/v1/ai/agents/{agent.agent_id}/versions/{agent.version_id}:test",
+            f"/api/v1/agents/{agent.agent_id}/versions/{agent.version_id}:test",
             json={"sample_message": "Quanto custa o produto X?", "sample_contact": {"name": "Cliente Teste"}},
             headers=org.headers(),
         )
