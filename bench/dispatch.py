@@ -335,7 +335,7 @@ class OutputWatch:
 
 async def _produce_all(settings: KafkaSettings, records: list[DispatchRequested]) -> None:
     async with RecordProducer(settings, service="bench", linger_ms=5) as producer:
-        futures = [await producer.send_soon(Topics.DISPATCH_REQUESTED, r) for r in records]
+        futures = [await producer.enqueue(Topics.DISPATCH_REQUESTED, r) for r in records]
         await asyncio.gather(*futures)
 
 
@@ -397,7 +397,7 @@ async def _paced(
             await asyncio.sleep(delay)
         assert record.message is not None
         sent[record.message.message_id] = time.time()
-        futures.append(await producer.send_soon(Topics.DISPATCH_REQUESTED, record))
+        futures.append(await producer.enqueue(Topics.DISPATCH_REQUESTED, record))
     await asyncio.gather(*futures)
 
 

@@ -108,7 +108,7 @@ class Ticker:
             return 0
         now = self._clock()
         futures = [
-            await self._emitter.send_soon(
+            await self._emitter.enqueue(
                 Topics.DISPATCHER_TICKS,
                 DispatcherTick(
                     org_id=org_id,

@@ -119,36 +119,6 @@ class RecordProducer:
         RECORDS_PRODUCED.labels(self._service, topic.name).inc()
         return metadata
 
-    async def send_soon(
-        self, topic: TopicSpec[Any], record: Any, *, headers: Sequence[tuple[str, bytes]] = ()
-    ) -> asyncio.Future[RecordMetadata]:
-        """Encode and hand ``record`` to the producer's batch; await the returned future for the ack.
-
-        For callers that send many records and then wait once (``asyncio.gather``), which
-        lets the producer batch them instead of one round trip per record.
-        """
-        future = await self._producer.send(
-            topic.physical_name(self._kafka),
-            value=self._serde.encode(topic, record),
-            key=encode_key(topic, record),
-            headers=list(headers),
-        )
-        counter = self._produced.get(topic.name)
-        if counter is None:
-            counter = self._produced[topic.name] = RECORDS_PRODUCED.labels(self._service, topic.name)
-        counter.inc()
-        return future
-
-    async def send_bytes_soon(
-        self, topic_name: str, *, key: bytes | None, value: bytes | None
-    ) -> asyncio.Future[RecordMetadata]:
-        """Hand raw bytes to a topic that is not a contract (a stream processor's own changelog).
-
-        ``value=None`` writes a tombstone. The key decides the partition (murmur2, like
-        every producer of ours), so a changelog stays co-partitioned with its source.
-        """
-        return await self._producer.send(topic_name, value=value, key=key)
-
     def encode(self, topic: TopicSpec[Any], record: Any) -> tuple[str, bytes | None, bytes]:
         """``(physical topic name, key, value)`` of a record, for :meth:`send_many`."""
         counter = self._produced.get(topic.name)

@@ -107,7 +107,7 @@ async def test_bursts_of_200_conversations_never_overlap_and_every_message_is_an
             for conversation in conversations:
                 record = dispatch_record(org, conversation, SESSION, f"mensagem {burst}")
                 sent[conversation].append(record)
-                futures.append(await producer.send_soon(Topics.DISPATCH_REQUESTED, record))
+                futures.append(await producer.enqueue(Topics.DISPATCH_REQUESTED, record))
             await asyncio.gather(*futures)
             await asyncio.sleep(random.uniform(0.02, 0.1))
         all_messages = {r.message.message_id for records in sent.values() for r in records}
@@ -200,7 +200,7 @@ async def test_sigkill_mid_stream_then_restart_recovers_the_table_and_never_disp
             for conversation in conversations:
                 record = dispatch_record(org, conversation, SESSION, label)
                 sent.append(record)
-                await producer.send_soon(Topics.DISPATCH_REQUESTED, record)
+                await producer.enqueue(Topics.DISPATCH_REQUESTED, record)
 
         for i in range(3):
             await send_round(f"before {i}")
@@ -298,7 +298,7 @@ async def test_org_rate_limit_admits_60_now_and_the_other_40_later_none_lost(
         await asyncio.sleep(window_s - time.time() % window_s + 0.05)
         window_end = (int(time.time()) // window_s + 1) * window_s
         records = [dispatch_record(org, uuid.uuid4(), SESSION) for _ in range(100)]
-        futures = [await producer.send_soon(Topics.DISPATCH_REQUESTED, r) for r in records]
+        futures = [await producer.enqueue(Topics.DISPATCH_REQUESTED, r) for r in records]
         await asyncio.gather(*futures)
         assert time.time() < window_end - 1, "the burst took longer than a second"
         await observer.wait_for(lambda: len(observer.run_requests) >= 100, timeout_s=3 * window_s, what="all 100 runs")
