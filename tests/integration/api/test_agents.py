@@ -3,10 +3,7 @@ merge, validation at save time, archive/duplicate, isolation, roles, audit."""
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -17,117 +14,20 @@ from sqlalchemy.orm import Session
 from switchboard.db.enums import Role
 from switchboard.db.models.agents import AiModel, AiProviderCredential
 from switchboard.db.models.audit import AuditLogEntry
-from switchboard.db.models.channels import ChannelSession
-from switchboard.db.session import create_engine, set_tenant
+from switchboard.db.session import create_engine
+from tests.support.agents import (
+    audit_actions,
+    create_agent,
+    error_body,
+    make_channel,
+    make_credential,
+    save_draft,
+    tenant_session,
+    version_body,
+)
 from tests.support.api import OrgHandle
 
 pytestmark = pytest.mark.integration
-
-
-# --------------------------------------------------------------------------- helpers (shared by the
-# publish and runs tests, which import them)
-
-
-@contextmanager
-def tenant_session(org: OrgHandle) -> Iterator[Session]:
-    """A sync session of the application role scoped to ``org`` (committed on exit)."""
-    engine = create_engine(org.database_url, pool_size=1)
-    try:
-        with Session(engine, expire_on_commit=False) as session, session.begin():
-            set_tenant(session, org.org_id)
-            yield session
-    finally:
-        engine.dispose()
-
-
-def make_channel(org: OrgHandle, *, status: str = "working") -> uuid.UUID:
-    """A WhatsApp session row (the channels API is not what these tests are about)."""
-    with tenant_session(org) as session:
-        channel = ChannelSession(
-            org_id=org.org_id,
-            external_session=f"s-{uuid.uuid4().hex[:12]}",
-            label="Main number",
-            status=status,
-        )
-        session.add(channel)
-        session.flush()
-        return channel.id
-
-
-def make_credential(org: OrgHandle, *, provider: str = "anthropic", active: bool = True) -> uuid.UUID:
-    with tenant_session(org) as session:
-        row = AiProviderCredential(
-            org_id=org.org_id,
-            provider=provider,
-            label=f"key {uuid.uuid4().hex[:6]}",
-            ciphertext=os.urandom(40),
-            iv=os.urandom(12),
-            tag=os.urandom(16),
-            key_id="k1",
-            last4="abcd",
-            is_active=active,
-        )
-        session.add(row)
-        session.flush()
-        return row.id
-
-
-def version_body(channel_id: uuid.UUID | None, **overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "system_prompt": "Você é o assistente de pré-venda da loja.",
-        "provider": "anthropic",
-        "model": "claude-sonnet-4-6",
-        "tool_ids": ["crm_search_contacts", "crm_request_human_handoff"],
-        "trigger_config": {"event_types": ["message"], "ignore_groups": True},
-        "channel_session_id": None if channel_id is None else str(channel_id),
-        "max_steps": 8,
-        "token_budget": 40_000,
-        "cost_budget_cents": 25,
-    }
-    body.update(overrides)
-    return body
-
-
-async def create_agent(
-    client: httpx.AsyncClient, org: OrgHandle, channel_id: uuid.UUID | None, **version: Any
-) -> dict[str, Any]:
-    response = await client.post(
-        "/api/v1/agents",
-        json={"name": "Suporte Pré-venda", "priority": 10, "version": version_body(channel_id, **version)},
-        headers=org.headers(),
-    )
-    assert response.status_code == 201, response.text
-    data: dict[str, Any] = response.json()["data"]
-    return data
-
-
-async def save_draft(
-    client: httpx.AsyncClient, org: OrgHandle, agent_id: str, channel_id: uuid.UUID | None, **version: Any
-) -> dict[str, Any]:
-    response = await client.post(
-        f"/api/v1/agents/{agent_id}/versions", json=version_body(channel_id, **version), headers=org.headers()
-    )
-    assert response.status_code == 201, response.text
-    data: dict[str, Any] = response.json()["data"]
-    return data
-
-
-def audit_actions(org: OrgHandle, target_id: str) -> list[str]:
-    with tenant_session(org) as session:
-        rows = session.scalars(
-            select(AuditLogEntry)
-            .where(AuditLogEntry.org_id == org.org_id, AuditLogEntry.target_id == target_id)
-            .order_by(AuditLogEntry.created_at, AuditLogEntry.id)
-        )
-        return [r.action for r in rows]
-
-
-def _error(response: httpx.Response) -> dict[str, Any]:
-    body: dict[str, Any] = response.json()["error"]
-    return body
-
-
-# --------------------------------------------------------------------------- tests
 
 
 async def test_create_agent_with_first_draft_then_read_it_back(client: httpx.AsyncClient, org: OrgHandle) -> None:
@@ -250,7 +150,7 @@ async def test_invalid_configuration_is_a_422_naming_the_field(
         headers=org.headers(),
     )
     assert response.status_code == 422, response.text
-    error = _error(response)
+    error = error_body(response)
     assert error["code"] == "validation_error"
     matching = [e for e in error["details"]["errors"] if e["loc"][-len(loc_tail) :] == loc_tail]
     assert matching, error
@@ -268,7 +168,7 @@ async def test_model_must_not_be_deprecated_and_credential_must_match_provider(
         headers=org.headers(),
     )
     assert wrong.status_code == 422
-    assert _error(wrong)["details"]["errors"][0]["type"] == "credential_provider_mismatch"
+    assert error_body(wrong)["details"]["errors"][0]["type"] == "credential_provider_mismatch"
 
     # A deprecated catalog model is refused at save time.
     model = f"test-deprecated-{uuid.uuid4().hex[:8]}"
@@ -282,7 +182,7 @@ async def test_model_must_not_be_deprecated_and_credential_must_match_provider(
             headers=org.headers(),
         )
         assert deprecated.status_code == 422
-        assert _error(deprecated)["details"]["errors"][0]["type"] == "deprecated_model"
+        assert error_body(deprecated)["details"]["errors"][0]["type"] == "deprecated_model"
     finally:
         with Session(engine) as session, session.begin():
             session.execute(delete(AiModel).where(AiModel.model == model))
@@ -336,8 +236,8 @@ async def test_save_numbers_versions_and_patch_only_touches_drafts(client: httpx
         json={"trigger_config": {"keyword_regex": "(unclosed"}},
         headers=org.headers(),
     )
-    assert bad_regex.status_code == 422 and _error(bad_regex)["code"] == "validation_error"
-    assert "missing )" in str(_error(bad_regex)["details"])
+    assert bad_regex.status_code == 422 and error_body(bad_regex)["code"] == "validation_error"
+    assert "missing )" in str(error_body(bad_regex)["details"])
     nulled = await client.patch(
         f"/api/v1/agents/{agent_id}/versions/{v2['id']}", json={"max_steps": None}, headers=org.headers()
     )
@@ -427,7 +327,7 @@ async def test_patch_name_description_priority_and_list_filters(client: httpx.As
         await client.post(f"/api/v1/agents/{b['id']}/versions", json=version_body(channel), headers=org.headers()),
         await client.delete(f"/api/v1/agents/{b['id']}", headers=org.headers()),
     ):
-        assert response.status_code == 409 and _error(response)["code"] == "conflict"
+        assert response.status_code == 409 and error_body(response)["code"] == "conflict"
 
 
 async def test_agent_list_pagination_returns_every_agent_once(client: httpx.AsyncClient, org: OrgHandle) -> None:
@@ -445,7 +345,7 @@ async def test_agent_list_pagination_returns_every_agent_once(client: httpx.Asyn
             break
     assert seen == list(reversed(created))
     bad = await client.get("/api/v1/agents", params={"cursor": "not-a-cursor"}, headers=org.headers())
-    assert bad.status_code == 422 and _error(bad)["code"] == "validation_error"
+    assert bad.status_code == 422 and error_body(bad)["code"] == "validation_error"
 
 
 async def test_duplicate_copies_the_latest_version_as_a_draft(client: httpx.AsyncClient, org: OrgHandle) -> None:
@@ -497,7 +397,7 @@ async def test_another_orgs_agents_and_versions_are_404(client: httpx.AsyncClien
     for request in requests:
         response = await request
         assert response.status_code == 404, (response.request.method, response.request.url, response.text)
-        assert _error(response)["code"] == "not_found"
+        assert error_body(response)["code"] == "not_found"
     assert agent_id not in {x["id"] for x in (await client.get("/api/v1/agents", headers=a)).json()["data"]}
     # Org A cannot point its own version at org B's channel either.
     leak = await client.post(
@@ -546,14 +446,14 @@ async def test_roles_per_endpoint(client: httpx.AsyncClient, org: OrgHandle) -> 
     agent_id, version_id = created["agent"]["id"], created["version"]["id"]
     for method, path, body, minimum in _endpoints(agent_id, version_id, channel):
         viewer = await client.request(method, path, json=body, headers=org.headers(Role.VIEWER))
-        assert viewer.status_code == 403 and _error(viewer)["code"] == "forbidden", (method, path)
+        assert viewer.status_code == 403 and error_body(viewer)["code"] == "forbidden", (method, path)
         manager = await client.request(method, path, json=body, headers=org.headers(Role.MANAGER))
         if minimum is Role.MANAGER:
             assert manager.status_code == 200, (method, path, manager.text)
         else:
-            assert manager.status_code == 403 and _error(manager)["code"] == "forbidden", (method, path)
+            assert manager.status_code == 403 and error_body(manager)["code"] == "forbidden", (method, path)
             no_mfa = await client.request(method, path, json=body, headers=org.headers(Role.ADMIN, mfa=False))
-            assert no_mfa.status_code == 403 and _error(no_mfa)["code"] == "mfa_required", (method, path)
+            assert no_mfa.status_code == 403 and error_body(no_mfa)["code"] == "mfa_required", (method, path)
         unauthenticated = await client.request(method, path, json=body)
         assert unauthenticated.status_code == 401
     # None of the refused writes changed anything.
@@ -592,4 +492,4 @@ async def test_inactive_credential_is_refused(client: httpx.AsyncClient, org: Or
         headers=org.headers(),
     )
     assert response.status_code == 422
-    assert _error(response)["details"]["errors"][0]["type"] == "inactive_credential"
+    assert error_body(response)["details"]["errors"][0]["type"] == "inactive_credential"

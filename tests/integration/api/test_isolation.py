@@ -19,9 +19,9 @@ from sqlalchemy import text
 
 from switchboard.db.session import create_engine
 from switchboard.db.tenancy import TENANT_TABLES
-from tests.integration.api.test_agents import create_agent, make_channel, make_credential, version_body
 from tests.integration.api.test_rbac_matrix import POLICY
 from tests.integration.api.test_runs import Fixture
+from tests.support.agents import create_agent, make_channel, make_credential, version_body
 from tests.support.api import OrgHandle
 from tests.support.stack import StackEndpoints
 

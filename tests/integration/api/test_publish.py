@@ -19,7 +19,7 @@ from switchboard.db.enums import Role
 from switchboard.db.models.agents import AiAgentVersion, AiProviderCredential
 from switchboard.db.models.outbox import OutboxEvent
 from switchboard.settings import KafkaSettings
-from tests.integration.api.test_agents import (
+from tests.support.agents import (
     audit_actions,
     create_agent,
     make_channel,

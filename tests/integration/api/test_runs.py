@@ -14,7 +14,7 @@ import pytest
 from switchboard.db.enums import Role
 from switchboard.db.models.channels import Conversation
 from switchboard.db.models.runs import AiAgentRun
-from tests.integration.api.test_agents import create_agent, make_channel, tenant_session
+from tests.support.agents import create_agent, make_channel, tenant_session
 from tests.support.api import OrgHandle
 
 pytestmark = pytest.mark.integration
