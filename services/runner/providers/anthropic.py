@@ -20,14 +20,12 @@ from services.runner.providers.base import (
     ModelResponse,
     ProviderAccess,
     ProviderError,
-    ProviderErrorKind,
     StopReason,
     TokenUsage,
     ToolCallRequest,
     UserMessage,
-    kind_for_status,
+    map_sdk_error,
     render_system,
-    retry_after_seconds,
 )
 
 _STOP = {"end_turn": StopReason.END_TURN, "tool_use": StopReason.TOOL_USE, "max_tokens": StopReason.MAX_TOKENS}
@@ -111,19 +109,7 @@ def from_response(response: Any) -> ModelResponse:
 
 
 def map_error(exc: Exception, provider: str) -> ProviderError:
-    if isinstance(exc, anthropic.APITimeoutError):
-        return ProviderError(ProviderErrorKind.TIMEOUT, provider=provider)
-    if isinstance(exc, anthropic.APIConnectionError):
-        return ProviderError(ProviderErrorKind.CONNECTION, provider=provider)
-    if isinstance(exc, anthropic.APIStatusError):
-        status = int(exc.status_code)
-        return ProviderError(
-            kind_for_status(status),
-            provider=provider,
-            status=status,
-            retry_after_s=retry_after_seconds(exc.response.headers),
-        )
-    return ProviderError(ProviderErrorKind.OTHER, provider=provider)
+    return map_sdk_error(exc, provider, anthropic)
 
 
 class AnthropicProvider(ModelProvider):

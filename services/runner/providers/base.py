@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import ModuleType
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -254,6 +255,27 @@ def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None
+
+
+def map_sdk_error(exc: Exception, provider: str, sdk: ModuleType) -> ProviderError:
+    """Our error for an exception of an SDK generated in the Anthropic/OpenAI style.
+
+    Both official SDKs expose the same ``APITimeoutError``, ``APIConnectionError`` and
+    ``APIStatusError`` classes, so one mapping serves both (Google's SDK differs).
+    """
+    if isinstance(exc, sdk.APITimeoutError):
+        return ProviderError(ProviderErrorKind.TIMEOUT, provider=provider)
+    if isinstance(exc, sdk.APIConnectionError):
+        return ProviderError(ProviderErrorKind.CONNECTION, provider=provider)
+    if isinstance(exc, sdk.APIStatusError):
+        status = int(exc.status_code)
+        return ProviderError(
+            kind_for_status(status),
+            provider=provider,
+            status=status,
+            retry_after_s=retry_after_seconds(exc.response.headers),
+        )
+    return ProviderError(ProviderErrorKind.OTHER, provider=provider)
 
 
 class ModelProvider(ABC):

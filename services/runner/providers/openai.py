@@ -25,9 +25,8 @@ from services.runner.providers.base import (
     TokenUsage,
     ToolCallRequest,
     UserMessage,
-    kind_for_status,
+    map_sdk_error,
     render_system,
-    retry_after_seconds,
 )
 
 _STOP = {"stop": StopReason.END_TURN, "tool_calls": StopReason.TOOL_USE, "length": StopReason.MAX_TOKENS}
@@ -89,19 +88,7 @@ def from_response(response: Any) -> ModelResponse:
 
 
 def map_error(exc: Exception, provider: str) -> ProviderError:
-    if isinstance(exc, openai.APITimeoutError):
-        return ProviderError(ProviderErrorKind.TIMEOUT, provider=provider)
-    if isinstance(exc, openai.APIConnectionError):
-        return ProviderError(ProviderErrorKind.CONNECTION, provider=provider)
-    if isinstance(exc, openai.APIStatusError):
-        status = int(exc.status_code)
-        return ProviderError(
-            kind_for_status(status),
-            provider=provider,
-            status=status,
-            retry_after_s=retry_after_seconds(exc.response.headers),
-        )
-    return ProviderError(ProviderErrorKind.OTHER, provider=provider)
+    return map_sdk_error(exc, provider, openai)
 
 
 class OpenAIProvider(ModelProvider):
