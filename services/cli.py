@@ -51,7 +51,7 @@ def _migrate(args: argparse.Namespace) -> int:
     if args.downgrade:
         migrate.downgrade(url, args.revision or "base")
     else:
-        migrate.upgrade(url, args.revision or "head")
+        migrate.upgrade(url, args.revision or "heads")
     return 0
 
 

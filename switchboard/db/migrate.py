@@ -1,6 +1,6 @@
 """Run the Alembic migrations shipped inside this package, without an alembic.ini.
 
-    python -m switchboard.db.migrate upgrade            # to head, DATABASE_OWNER_URL
+    python -m switchboard.db.migrate upgrade            # to every head, DATABASE_OWNER_URL
     python -m switchboard.db.migrate downgrade base     # the target is required
     python -m switchboard.db.migrate current
     python -m switchboard.db.migrate revision -m "add widgets"   # autogenerate, then edit
@@ -39,7 +39,7 @@ def alembic_config(url: str, *, app_role: str | None = None) -> Config:
     return config
 
 
-def upgrade(url: str, revision: str = "head", *, app_role: str | None = None) -> None:
+def upgrade(url: str, revision: str = "heads", *, app_role: str | None = None) -> None:
     """Migrate the database at ``url`` up to ``revision`` and grant the application role."""
     command.upgrade(alembic_config(url, app_role=app_role), revision)
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     url = args.url or DatabaseSettings().migration_url
     if args.action == "upgrade":
-        upgrade(url, args.revision or "head")
+        upgrade(url, args.revision or "heads")
     elif args.action == "downgrade":
         if not args.revision:
             parser.error("downgrade needs an explicit target revision (e.g. base)")
