@@ -16,7 +16,7 @@ from services.api.catalog.endpoints import router as catalog_router
 from services.api.channels.endpoints import router as channels_router
 from services.api.core.database import Database
 from services.api.core.errors import install_error_handlers
-from services.api.core.request_id import RequestIdMiddleware
+from services.api.core.request_id import install_request_id
 from services.api.core.text_guard import reject_nul_characters
 from services.api.credentials.endpoints import router as credentials_router
 from services.api.identity.endpoints import router as identity_router
@@ -67,7 +67,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
 
-    app.add_middleware(RequestIdMiddleware)
+    install_request_id(app)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

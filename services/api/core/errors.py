@@ -145,5 +145,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("unhandled error", extra={"path": request.url.path}, exc_info=exc)
+        request_id = getattr(request.state, "request_id", None)
+        log.error("unhandled error", extra={"path": request.url.path, "request_id": request_id}, exc_info=exc)
         return error_response(500, "internal_error", "Something went wrong on our side; the request id identifies it")

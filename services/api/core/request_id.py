@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 
+from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -34,3 +35,18 @@ class RequestIdMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
+
+
+def install_request_id(app: Starlette) -> None:
+    """Make :class:`RequestIdMiddleware` the outermost layer of ``app``.
+
+    ``add_middleware`` would place it inside Starlette's ``ServerErrorMiddleware``, so the
+    500 answer of the catch-all handler — the one response whose id an operator needs to
+    find the log line — would leave without the header.
+    """
+    build_inner_stack = app.build_middleware_stack
+
+    def build_middleware_stack() -> ASGIApp:
+        return RequestIdMiddleware(build_inner_stack())
+
+    app.build_middleware_stack = build_middleware_stack  # type: ignore[method-assign]
