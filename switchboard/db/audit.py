@@ -8,7 +8,6 @@ audit log is read by humans and exported: it must stay safe to show.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -17,20 +16,11 @@ from sqlalchemy.orm import Session
 
 from switchboard.db.enums import ActorKind
 from switchboard.db.models.audit import AuditLogEntry
+from switchboard.observability.scrubbing import is_secret_key
 
 REDACTED = "[redacted]"
 
-_SECRET_KEY = re.compile(
-    r"(^|_|-)(authorization|api_?key|x-api-key|password|passwd|secret|token|ciphertext"
-    r"|private_?key|cookie|set-cookie)$"
-    r"|(_key|_secret|_token|_password)$",
-    re.IGNORECASE,
-)
-
-
-def is_secret_key(key: str) -> bool:
-    """True for keys whose values must never be stored in clear (``token_prefix`` is fine)."""
-    return bool(_SECRET_KEY.search(key))
+__all__ = ["REDACTED", "is_secret_key", "record_audit", "redact"]
 
 
 def redact(value: Any) -> Any:

@@ -15,10 +15,25 @@ from typing import Any
 
 REDACTED = "[REDACTED]"
 
+# The one definition of a secret-looking key, shared by logs, traces and the audit log.
 _SECRET_KEY_NAMES = frozenset(
-    {"authorization", "x-api-key", "api_key", "apikey", "password", "passwd", "secret", "token", "cookie", "set-cookie"}
+    {
+        "authorization",
+        "x-api-key",
+        "api_key",
+        "apikey",
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "cookie",
+        "set-cookie",
+        "ciphertext",
+        "private_key",
+        "privatekey",
+    }
 )
-_SECRET_KEY_SUFFIXES = ("_key", "-key", "_secret", "-secret", "_token", "-token", "_password")
+_SECRET_KEY_SUFFIXES = ("_key", "-key", "_secret", "-secret", "_token", "-token", "_password", "_ciphertext")
 
 _SECRET_VALUE_PATTERNS: tuple[re.Pattern[str], ...] = (
     # credentials inside URLs: scheme://user:password@host
