@@ -47,9 +47,9 @@ test-unit: venv ## run only the tests that need no broker or database
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 lint: venv ## ruff, import boundaries, types
-	$(VENV)/bin/ruff check switchboard services tests scripts
+	$(VENV)/bin/ruff check switchboard services tests scripts examples bench
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy switchboard services
+	$(VENV)/bin/mypy
 
 # --------------------------------------------------------------------------- deployment (docs/deploy.md)
 COMPOSE := docker compose -f deploy/compose/compose.yaml
@@ -96,4 +96,9 @@ bench-runner: venv ## runner overhead per step vs LangGraph and OpenAI Agents SD
 	@bash $(STACK) up
 	$(PY) -m bench.runner $(BENCH_ARGS)
 
-bench: bench-api bench-dispatch bench-runner ## run every benchmark (not tests: numbers depend on the machine)
+BENCH_PROFILE ?=
+
+bench: venv ## every benchmark in one run, each with its baseline: var/bench/latest.json + table (BENCH_PROFILE=smoke: quick wiring check)
+	$(PY) -m pip install -q -e '.[bench]'
+	@bash $(STACK) up
+	BENCH_PROFILE=$(BENCH_PROFILE) $(PY) -m bench $(BENCH_ARGS)

@@ -1,1 +1,1 @@
-"""Benchmarks: measured by hand (``make bench``), never run by the test suite."""
+"""Benchmarks: run by hand (``make bench``); the test suite checks only their report format."""

@@ -43,6 +43,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
+from bench.report import Goal, Measurement, add_common_arguments, publish
 from services.api.channels.service import create_session
 from services.api.identity.service import bootstrap_organization
 from services.api.settings import ApiSettings
@@ -344,6 +345,33 @@ def median_result(results: list[WrkResult]) -> WrkResult:
     return ordered[len(ordered) // 2]
 
 
+SMOKE = {"duration": 1.0, "warmup": 1.0, "rounds": 1, "connections": 4, "chats": 50, "per_second": 500}
+
+
+def measurements(bare: WrkResult, bare_db: WrkResult, ingest: WrkResult) -> list[Measurement]:
+    """The run's figures against the bare FastAPI endpoint (stable metric names: docs/benchmarks.md)."""
+    baseline = "bare FastAPI endpoint"
+    return [
+        Measurement.of(
+            "api.ingest.throughput",
+            ingest.rps,
+            "req/s",
+            baseline=baseline,
+            baseline_value=bare.rps,
+            goal=Goal("ratio", ">=", GOAL_RATIO),
+        ),
+        Measurement.of("api.ingest.latency.p99", ingest.p99_ms, "ms", baseline=baseline, baseline_value=bare.p99_ms),
+        Measurement.of(
+            "api.ingest.cpu_per_request",
+            ingest.server_cpu_ms,
+            "ms",
+            baseline=baseline,
+            baseline_value=bare.server_cpu_ms,
+        ),
+        Measurement.of("api.bare_db.throughput", bare_db.rps, "req/s", baseline=baseline, baseline_value=bare.rps),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured run")
@@ -362,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         help="connect both servers to PostgreSQL through this Unix-socket directory (e.g. var/postgres/run)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the benchmark organization and outbox rows")
+    add_common_arguments(parser, argv, SMOKE)
     args = parser.parse_args(argv)
 
     if shutil.which("wrk") is None:
@@ -441,7 +470,10 @@ def main(argv: list[str] | None = None) -> int:
     consistent = answered <= stored <= answered + args.connections * len(ingest_runs) and dispatched == stored
     report: dict[str, object] = {
         "machine": machine_facts(),
-        "settings": {**{k: v for k, v in vars(args).items() if k != "keep"}, "pool_size": pool_size},
+        "settings": {
+            **{k: (str(v) if k == "report" else v) for k, v in vars(args).items() if k != "keep"},
+            "pool_size": pool_size,
+        },
         "database_transport": "unix socket" if args.db_socket else "tcp loopback",
         "load_average_before": load_before,
         "bare": asdict(b),
@@ -482,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         f" ({'consistent' if consistent else 'INCONSISTENT'}); cleanup: {cleanup}"
     )
     print(f"full report: {OUT_DIR / 'api_ingest.json'}")
+    publish(measurements(b, d, g), args.report)
     return 0 if ingest_non_2xx == 0 and consistent else 1
 
 

@@ -52,6 +52,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from bench.report import Goal, Measurement, add_common_arguments, publish
 from switchboard.contracts import (
     AgentPublished,
     AgentVersionSnapshot,
@@ -712,6 +713,56 @@ def report(results: list[Result], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+SMOKE = {"messages": 300, "rate": 100.0, "duration": 2.0}
+PIPE_BASELINE = "plain aiokafka pipe (pipe-serde)"
+POLLER_BASELINE = "PostgreSQL poller, 100 ms (pg-poll-100ms)"
+
+
+def measurements(results: list[Result]) -> list[Measurement]:
+    """The dispatcher's figures against its baselines (stable metric names: docs/benchmarks.md).
+
+    Nothing when the dispatcher itself was not run (``--only`` without it); a missing baseline
+    leaves ratio and verdict empty rather than guessing.
+    """
+    by_name = {r.system: r for r in results}
+    dispatcher = by_name.get("dispatcher")
+    if dispatcher is None:
+        return []
+    pipe, poll = by_name.get("pipe-serde", Result("pipe-serde")), by_name.get("pg-poll-100ms", Result("pg-poll-100ms"))
+    return [
+        Measurement.of(
+            "dispatch.throughput",
+            dispatcher.max_rate_per_s,
+            "msg/s",
+            baseline=PIPE_BASELINE,
+            baseline_value=pipe.max_rate_per_s,
+            goal=Goal("ratio", ">=", 0.5),
+        ),
+        Measurement.of(
+            "dispatch.latency.p99",
+            dispatcher.p99_ms_at_rate,
+            "ms",
+            baseline=POLLER_BASELINE,
+            baseline_value=poll.p99_ms_at_rate,
+            goal=Goal("ratio", "<=", 0.1),
+        ),
+        Measurement.of(
+            "dispatch.latency.p50",
+            dispatcher.p50_ms_at_rate,
+            "ms",
+            baseline=POLLER_BASELINE,
+            baseline_value=poll.p50_ms_at_rate,
+        ),
+        Measurement.of(
+            "dispatch.cpu_per_message",
+            dispatcher.cpu_ms_per_message,
+            "ms",
+            baseline=PIPE_BASELINE,
+            baseline_value=pipe.cpu_ms_per_message,
+        ),
+    ]
+
+
 async def run_all(args: argparse.Namespace) -> list[Result]:
     log_dir = REPO_ROOT / "var" / "bench" / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -751,6 +802,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of the latency run")
     parser.add_argument("--partitions", type=int, default=6, help="partitions of the conversation topics")
     parser.add_argument("--only", default="", help="comma-separated systems to run (default: all)")
+    add_common_arguments(parser, argv, SMOKE)
     args = parser.parse_args(argv)
     if args.command == "pipe":
         asyncio.run(pipe_main(args.prefix, args.partitions, args.mode))
@@ -771,7 +823,7 @@ def main(argv: list[str] | None = None) -> int:
                     "cpus": os.cpu_count(),
                     "platform": platform.platform(),
                 },
-                "args": {k: v for k, v in vars(args).items() if k != "command"},
+                "args": {k: (str(v) if k == "report" else v) for k, v in vars(args).items() if k != "command"},
                 "results": [asdict(r) for r in results],
                 "report": text_report,
             },
@@ -779,6 +831,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(f"results written to {RESULTS.relative_to(REPO_ROOT)}")
+    publish(measurements(results), args.report)
     return 0
 
 

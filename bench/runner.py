@@ -37,8 +37,11 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.report import Goal, Measurement, add_common_arguments, publish
 
 STEPS = 5
 
@@ -292,6 +295,7 @@ def openai_agents_runner(steps: int) -> Callable[[], Awaitable[None]]:
 
 
 async def overhead(runs: int, steps: int) -> dict[str, tuple[float, float]]:
+    """(p50, p99) overhead per step in µs, per framework."""
     results: dict[str, tuple[float, float]] = {}
     for name, factory in (
         ("switchboard", switchboard_runner),
@@ -317,7 +321,15 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-async def concurrency(concurrent: int, latency_s: float) -> None:
+@dataclass(frozen=True)
+class ConcurrencyResult:
+    requested: int
+    completed: int
+    elapsed_s: float
+    peak_rss_mb: float
+
+
+async def concurrency(concurrent: int, latency_s: float) -> ConcurrencyResult:
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
@@ -380,6 +392,7 @@ async def concurrency(concurrent: int, latency_s: float) -> None:
         rss = peak_rss_mb(proc.pid)
         print(f"  {len(done)}/{concurrent} runs done in {elapsed:.1f} s: {len(done) / elapsed:.1f} runs/s")
         print(f"  runner peak RSS {rss:.0f} MB (goal <= 512 MB)")
+        result = ConcurrencyResult(concurrent, len(done), elapsed, rss)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -389,6 +402,7 @@ async def concurrency(concurrent: int, latency_s: float) -> None:
         await fake.stop()
         await admin.delete_topics(kafka)
         engine.dispose()
+    return result
 
 
 def _topic() -> Any:
@@ -420,19 +434,74 @@ def _conversation(engine: Any, agent: Any) -> Any:
         return dataclasses.replace(agent, conversation_id=conversation.id, contact_id=contact.id)
 
 
-def main() -> None:
+SMOKE = {"runs": 20, "concurrent": 20, "latency": 0.1}
+LANGGRAPH = "LangGraph create_react_agent"
+RSS_GOAL_MB = 512.0
+
+
+def measurements(frameworks: dict[str, tuple[float, float]], concurrent: ConcurrencyResult | None) -> list[Measurement]:
+    """(a) against LangGraph (and the OpenAI Agents SDK), (b) against its fixed goals; names in docs/benchmarks.md."""
+    ours, langgraph, openai_agents = frameworks["switchboard"], frameworks["langgraph"], frameworks["openai-agents"]
+    found = [
+        Measurement.of(
+            "runner.overhead_per_step.p50",
+            ours[0],
+            "µs",
+            baseline=LANGGRAPH,
+            baseline_value=langgraph[0],
+            goal=Goal("ratio", "<=", 0.5),
+        ),
+        Measurement.of("runner.overhead_per_step.p99", ours[1], "µs", baseline=LANGGRAPH, baseline_value=langgraph[1]),
+        Measurement.of(
+            "runner.overhead_per_step.p50_vs_openai_agents",
+            ours[0],
+            "µs",
+            baseline="OpenAI Agents SDK Runner.run",
+            baseline_value=openai_agents[0],
+        ),
+    ]
+    if concurrent is not None:
+        found += [
+            Measurement.of(
+                "runner.concurrency.completed",
+                concurrent.completed,
+                "runs",
+                baseline="runs requested at once",
+                baseline_value=concurrent.requested,
+                goal=Goal("ratio", ">=", 1.0),
+            ),
+            Measurement.of(
+                "runner.concurrency.peak_rss",
+                concurrent.peak_rss_mb,
+                "MB",
+                goal=Goal("value", "<=", RSS_GOAL_MB),
+            ),
+            Measurement.of(
+                "runner.concurrency.throughput",
+                concurrent.completed / concurrent.elapsed_s if concurrent.elapsed_s > 0 else None,
+                "runs/s",
+            ),
+        ]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=300, help="runs per framework for (a)")
     parser.add_argument("--steps", type=int, default=STEPS, help="tool steps per run for (a)")
     parser.add_argument("--concurrent", type=int, default=1000, help="concurrent runs for (b); 0 skips it")
     parser.add_argument("--latency", type=float, default=1.0, help="fake model latency in seconds for (b)")
-    args = parser.parse_args()
+    add_common_arguments(parser, argv, SMOKE)
+    args = parser.parse_args(argv)
     print(f"(a) overhead per step: {args.runs} runs x {args.steps} tool steps + 1 answer")
-    asyncio.run(overhead(args.runs, args.steps))
+    frameworks = asyncio.run(overhead(args.runs, args.steps))
+    concurrent = None
     if args.concurrent:
         print(f"(b) {args.concurrent} concurrent runs, fake model latency {args.latency:.1f} s")
-        asyncio.run(concurrency(args.concurrent, args.latency))
+        concurrent = asyncio.run(concurrency(args.concurrent, args.latency))
+    publish(measurements(frameworks, concurrent), args.report)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

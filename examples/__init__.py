@@ -1,0 +1,1 @@
+"""Examples of external consumers of Switchboard's Kafka topics; they use only the published schemas."""
