@@ -27,7 +27,7 @@ venv: $(STAMP) ## create .venv and install the project with its dev dependencies
 up: venv ## start Kafka + PostgreSQL, create topics, migrate, write var/stack.env (idempotent)
 	@bash $(STACK) up
 
-down: ## stop Kafka and PostgreSQL (nothing is left listening)
+down: ## stop the demo's processes, Kafka and PostgreSQL (nothing is left listening)
 	@bash $(STACK) down
 
 status: ## show what runs
@@ -36,7 +36,7 @@ status: ## show what runs
 clean: ## stop everything and delete local data (var/)
 	@bash $(STACK) clean
 
-demo: up ## the product's main job: the local stack and a demo conversation
+demo: up ## the five services and scripted customer conversations; runs until `make down`
 	@$(PY) -m scripts.demo
 
 test: venv ## run the whole test suite against a real broker and database
@@ -80,7 +80,7 @@ compose-down: ## stop the Docker Compose stack and delete its data
 # --------------------------------------------------------------------------- benchmarks (docs/benchmarks.md)
 BENCH_ARGS ?=
 
-.PHONY: bench bench-api bench-dispatch bench-runner
+.PHONY: bench bench-api bench-dispatch bench-runner bench-e2e
 
 bench-api: venv ## benchmark webhook ingest vs a bare FastAPI endpoint with wrk (~45 s; needs wrk)
 	@command -v wrk >/dev/null 2>&1 || { echo "bench-api needs wrk (Debian/Ubuntu: apt-get install -y wrk)"; exit 1; }
@@ -96,9 +96,21 @@ bench-runner: venv ## runner overhead per step vs LangGraph and OpenAI Agents SD
 	@bash $(STACK) up
 	$(PY) -m bench.runner $(BENCH_ARGS)
 
+bench-e2e: venv ## ingest -> reply at the channel server at 200 msg/s vs a 100 ms polling pipeline (~3 min)
+	@bash $(STACK) up
+	$(PY) -m bench.end_to_end $(BENCH_ARGS)
+
 BENCH_PROFILE ?=
 
 bench: venv ## every benchmark in one run, each with its baseline: var/bench/latest.json + table (BENCH_PROFILE=smoke: quick wiring check)
 	$(PY) -m pip install -q -e '.[bench]'
 	@bash $(STACK) up
 	BENCH_PROFILE=$(BENCH_PROFILE) $(PY) -m bench $(BENCH_ARGS)
+
+# --------------------------------------------------------------------------- chaos (docs/chaos.md)
+.PHONY: chaos
+
+chaos: venv ## the long chaos profile: 2,000 messages over 200 conversations while every worker and the broker fail (~9 min)
+	@bash $(STACK) up
+	@CHAOS_PROFILE=full $(PY) -m pytest tests/chaos -p no:cacheprovider -rxX $(PYTEST_ARGS); status=$$?; \
+	  cat var/chaos/full.json 2>/dev/null; exit $$status

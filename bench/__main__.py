@@ -44,7 +44,7 @@ BENCHES: Final = (
     Bench(
         "end_to_end",
         "bench.end_to_end",
-        "ingest -> reply at the channel server, 200 msg/s (placeholder)",
+        "ingest -> reply at the channel server at 200 msg/s vs a 100 ms polling pipeline",
         implemented=end_to_end.IMPLEMENTED,
     ),
 )

@@ -2,6 +2,7 @@
 
     switchboard api|dispatcher|runner|notifier|brief   run one service in the foreground
     switchboard outbox-relay                            publish the transactional outbox to Kafka (one active per DB)
+    switchboard mcp                                     the internal MCP tool server alone (the API mounts it too)
     switchboard migrate [--revision REV] [--downgrade]  apply database migrations (owner role)
     switchboard topics create [--wait SECONDS]          create every registered topic (idempotent)
     switchboard topics list                              show the registry and what the broker has
@@ -40,6 +41,15 @@ def _outbox_relay() -> int:
     settings = OutboxRelaySettings()
     relay = OutboxRelay(settings)
     run_service("outbox-relay", relay.run, settings, readiness=relay.ready)
+    return 0
+
+
+def _mcp() -> int:
+    """The MCP tool server as its own process, at /internal/mcp; the API serves it too unless
+    ``API_MCP_ENABLED=false``."""
+    from services.api.mcp.__main__ import main
+
+    main()
     return 0
 
 
@@ -125,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in SERVICES:
         sub.add_parser(name, help=f"run the {name} service")
     sub.add_parser("outbox-relay", help="publish outbox rows to Kafka (the API runs one too, unless disabled)")
+    sub.add_parser("mcp", help="run the internal MCP tool server alone (the API serves it too, unless disabled)")
     migrate_parser = sub.add_parser("migrate", help="apply database migrations")
     migrate_parser.add_argument("--revision", help="target revision (default: head, or base with --downgrade)")
     migrate_parser.add_argument("--downgrade", action="store_true", help="downgrade instead of upgrade")
@@ -158,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_service(args.command)
     if args.command == "outbox-relay":
         return _outbox_relay()
+    if args.command == "mcp":
+        return _mcp()
     if args.command == "migrate":
         return _migrate(args)
     if args.command == "admin":

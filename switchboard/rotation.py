@@ -33,6 +33,7 @@ from switchboard.crypto import CryptoError, KeyRing, Sealed
 from switchboard.db.lookups import list_organization_ids
 from switchboard.db.models.agents import AiProviderCredential
 from switchboard.db.models.channels import ChannelSession
+from switchboard.db.models.notifications import OrgWebhook, org_webhook_aad
 from switchboard.db.models.tenancy import User
 from switchboard.db.session import create_sessionmaker, set_tenant
 from switchboard.observability.logging import get_logger
@@ -96,6 +97,7 @@ SEALED_FIELDS: tuple[SealedField, ...] = (
         tenant=True,
     ),
     SealedField("users.mfa_totp", User, "mfa_totp_", lambda _org, row: totp_aad(row), tenant=False),
+    SealedField("org_webhooks.secret", OrgWebhook, "secret_", _tenant_aad(org_webhook_aad), tenant=True),
 )
 
 

@@ -14,7 +14,7 @@ from typing import Final
 
 
 class ToolKind(StrEnum):
-    """Read tools only look; write tools act on the world (gated by autonomy, next issue)."""
+    """Read tools only look; write tools act on the world (gated by autonomy, docs/autonomy.md)."""
 
     READ = "read"
     WRITE = "write"
@@ -27,6 +27,8 @@ REQUEST_HUMAN_HANDOFF: Final = "crm_request_human_handoff"
 SCHEDULE_FOLLOWUP: Final = "crm_schedule_followup"
 LIST_FOLLOWUPS: Final = "crm_list_followups"
 CANCEL_FOLLOWUP: Final = "crm_cancel_followup"
+# Long-term memory (docs/memory.md): a durable fact about the contact or the business.
+MEMORY_SAVE_FACT: Final = "memory_save_fact"
 
 TOOL_KINDS: Final[dict[str, ToolKind]] = {
     SEARCH_CONTACTS: ToolKind.READ,
@@ -36,6 +38,7 @@ TOOL_KINDS: Final[dict[str, ToolKind]] = {
     SCHEDULE_FOLLOWUP: ToolKind.WRITE,
     LIST_FOLLOWUPS: ToolKind.READ,
     CANCEL_FOLLOWUP: ToolKind.WRITE,
+    MEMORY_SAVE_FACT: ToolKind.WRITE,
 }
 
 # Offered only when the version's ``followup.callback_enabled`` allows it [004 §4.4];
@@ -44,6 +47,31 @@ FOLLOWUP_CREATION_TOOLS: Final = frozenset({SCHEDULE_FOLLOWUP})
 
 # Urgency levels the handoff tool accepts (the ``Urgency`` enum of the contracts).
 HANDOFF_URGENCIES: Final = ("low", "normal", "high", "urgent")
+
+
+# The business area (switchboard/catalog/areas.yaml) each autonomy-gated write tool acts in [000 §3].
+WRITE_TOOL_AREAS: Final[dict[str, str]] = {
+    SEND_WHATSAPP_MESSAGE: "crm",
+    SCHEDULE_FOLLOWUP: "crm",
+    CANCEL_FOLLOWUP: "crm",
+}
+
+# Write tools never gated by autonomy: asking for a person is a safety valve, not an action.
+# Saving a fact writes only our own memory (docs/memory.md), nothing the customer sees.
+UNGATED_WRITE_TOOLS: Final = frozenset({REQUEST_HUMAN_HANDOFF, MEMORY_SAVE_FACT})
+
+# How an executed action is undone, where it can be: the undo tool and the result field naming
+# the argument it needs ({undo argument: result field}). A sent message cannot be unsent.
+UNDO_TOOLS: Final[dict[str, tuple[str, dict[str, str]]]] = {
+    SCHEDULE_FOLLOWUP: (CANCEL_FOLLOWUP, {"followup_id": "followup_id"}),
+}
+
+
+def gated_area(name: str) -> str | None:
+    """The area whose autonomy decides this tool, or None when autonomy does not apply (reads)."""
+    if TOOL_KINDS.get(name) is not ToolKind.WRITE or name in UNGATED_WRITE_TOOLS:
+        return None
+    return WRITE_TOOL_AREAS.get(name, "cross")
 
 
 def is_known_tool(name: str) -> bool:

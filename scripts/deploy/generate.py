@@ -57,6 +57,10 @@ UID = 10001
 
 # Subcommands of `switchboard` that are not long-running workloads.
 ONE_SHOT_COMMANDS = frozenset({"migrate", "topics", "admin"})
+# Long-running subcommands with no Deployment of their own: `mcp` is mounted in the API's pods
+# (API_MCP_ENABLED, /internal/mcp), which the `switchboard-mcp` Service selects; an operator who
+# scales it apart adds a Deployment running `switchboard mcp` and points that Service at it.
+MOUNTED_COMMANDS = frozenset({"mcp"})
 
 # Names that are secrets even when a field is typed ``str``: never put into a ConfigMap.
 SECRET_NAME = re.compile(r"(SECRET|PASSWORD|PASSWD|PRIVATE_KEY|(^|_)(KEYS?|TOKEN|CREDENTIALS?)$)")
@@ -90,8 +94,9 @@ K8S_VALUES: dict[str, str] = {
     # The relay runs as its own Deployment (one active by advisory lock, one standby).
     "API_OUTBOX_RELAY": "false",
     "DATABASE_APP_ROLE": "switchboard_app",
-    # The runners reach the MCP tool server through its own Service (today: the API's pods).
-    "RUNNER_MCP_URL": "http://switchboard-mcp/mcp",
+    # The runners reach the MCP tool server through its own Service, today selecting the API's pods
+    # (mounted at /internal/mcp; `switchboard mcp` serves the same path if it ever runs apart).
+    "RUNNER_MCP_URL": "http://switchboard-mcp/internal/mcp",
 }
 # Settings whose value is the pod's own (downward API), set in the Deployment, not the ConfigMap.
 POD_FIELD_ENV: dict[str, str] = {
@@ -103,7 +108,7 @@ COMPOSE_VALUES: dict[str, str] = {
     "SWITCHBOARD_ENV": "development",
     "KAFKA_BOOTSTRAP_SERVERS": "kafka:9092",
     "KAFKA_REPLICATION_FACTOR": "1",
-    "RUNNER_MCP_URL": f"http://api:{API_PORT}/mcp",
+    "RUNNER_MCP_URL": f"http://api:{API_PORT}/internal/mcp",
 }
 
 
@@ -401,7 +406,7 @@ def workload_commands() -> list[str]:
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sorted(name for name in sub.choices if name not in ONE_SHOT_COMMANDS)
+    return sorted(name for name in sub.choices if name not in ONE_SHOT_COMMANDS | MOUNTED_COMMANDS)
 
 
 def secret_home(name: str) -> str:
@@ -686,8 +691,9 @@ def api_services(workload: Workload) -> list[dict[str, Any]]:
 
     return [
         service("switchboard-api", "REST API, webhooks, SSE: the only entry point from outside"),
-        # The MCP tool server runs in the API process today; runners call it by this name, so it
-        # can move to its own Deployment without touching the runner's configuration.
+        # The MCP tool server is mounted in the API process (/internal/mcp); runners call it by this
+        # name, so it can move to its own Deployment (`switchboard mcp`, same path) without touching
+        # the runner's configuration.
         service("switchboard-mcp", "internal MCP tool server (per-run tokens), called by the runner"),
     ]
 

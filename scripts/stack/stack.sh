@@ -32,7 +32,32 @@ up() {
   log "stack is up; settings in $STACK_ENV"
 }
 
+# The processes `make demo` left running (scripts/demo/processes.py writes their pid files):
+# SIGTERM those whose command line is still ours, wait up to 30 s, then SIGKILL.
+stop_demo() {
+  local f pid pids=()
+  for f in "$VAR_DIR"/demo/pids/*.pid; do
+    [[ -e "$f" ]] || continue
+    pid="$(cat "$f")"
+    if [[ "$pid" =~ ^[0-9]+$ ]] && grep -qaE 'services\.cli|scripts\.channel_server|services\.api\.mcp' "/proc/$pid/cmdline" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+    fi
+    rm -f "$f"
+  done
+  for _ in $(seq 300); do
+    local alive=()
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+    pids=("${alive[@]}")
+    [[ ${#pids[@]} -eq 0 ]] && break
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  [[ -d "$VAR_DIR/demo/pids" ]] && log "demo processes stopped"
+  return 0
+}
+
 down() {
+  stop_demo
   "$SCRIPT_DIR/kafka.sh" stop
   "$SCRIPT_DIR/postgres.sh" stop
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -12,14 +13,20 @@ from sqlalchemy import text
 
 from services.api.agents.endpoints import router as agents_router
 from services.api.audit.endpoints import router as audit_router
+from services.api.autonomy.endpoints import router as autonomy_router
 from services.api.catalog.endpoints import router as catalog_router
 from services.api.channels.endpoints import router as channels_router
+from services.api.conversations.endpoints import router as conversations_router
 from services.api.core.database import Database
 from services.api.core.errors import install_error_handlers
 from services.api.core.request_id import install_request_id
 from services.api.core.text_guard import reject_nul_characters
 from services.api.credentials.endpoints import router as credentials_router
+from services.api.followups.scheduler import FollowupScheduler
+from services.api.home.endpoints import router as home_router
 from services.api.identity.endpoints import router as identity_router
+from services.api.mcp.server import MCP_MOUNT, McpToolServer
+from services.api.org_webhooks.endpoints import router as org_webhooks_router
 from services.api.runs.endpoints import router as runs_router
 from services.api.runs_live.endpoints import router as runs_live_router
 from services.api.settings import ApiSettings
@@ -28,11 +35,19 @@ from switchboard.contracts import Serde
 from switchboard.crypto import KeyRing
 from switchboard.kafka.admin import broker_answers
 from switchboard.kafka.outbox_relay import OutboxRelay, OutboxRelaySettings
+from switchboard.run_tokens import RunTokenSettings
 
 
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
     """Build the app; every response carries ``X-Request-Id`` (the caller's, or a new one)."""
     settings = settings or ApiSettings()
+    # The internal MCP tool server (runs' CRM tools), mounted so the stack needs no extra process;
+    # its own run-token guard answers 401 without a valid token (docs/runner.md).
+    mcp = (
+        McpToolServer(database=settings.database, secret=RunTokenSettings().secret(settings.runtime))
+        if settings.mcp_enabled
+        else None
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -51,9 +66,17 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             )
             relay.start()
         app.state.outbox_relay = relay
+        # Due follow-ups become followUp wakes through the outbox (docs/memory.md); every replica may run it.
+        scheduler: FollowupScheduler | None = None
+        if settings.followup_scheduler:
+            scheduler = FollowupScheduler(app.state.database.sessions, app.state.serde, poll_s=settings.followup_poll_s)
+            scheduler.start()
         try:
-            yield
+            async with mcp.lifespan() if mcp is not None else contextlib.nullcontext():
+                yield
         finally:
+            if scheduler is not None:
+                await scheduler.stop()
             if relay is not None:
                 await relay.stop()
             await app.state.database.dispose()
@@ -102,6 +125,12 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         webhooks_router,
         audit_router,
         runs_live_router,
+        home_router,
+        conversations_router,
+        org_webhooks_router,
+        autonomy_router,
     ):
         app.include_router(router)
+    if mcp is not None:
+        app.mount(MCP_MOUNT, mcp.app)
     return app

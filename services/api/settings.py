@@ -18,5 +18,12 @@ class ApiSettings(ServiceSettings):
     graceful_timeout_s: int = Field(default=20, ge=1)
     # Run the transactional outbox relay inside the API process (docs/api.md, "Outbox relay").
     outbox_relay: bool = True
+    # Serve the internal MCP tool server at /internal/mcp in this process (docs/runner.md); turn off
+    # with API_MCP_ENABLED=false when `switchboard mcp` runs it separately.
+    mcp_enabled: bool = True
+    # Fire due scheduled follow-ups as followUp wakes from this process (docs/memory.md); safe on every replica.
+    followup_scheduler: bool = True
+    # Seconds between two scans for due follow-ups (a follow-up fires at most this late).
+    followup_poll_s: float = Field(default=1.0, gt=0, le=60)
     # Provider endpoints used to validate BYO keys (env prefix ``PROVIDERS_``).
     providers: ProviderSettings = Field(default_factory=ProviderSettings)

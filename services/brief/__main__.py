@@ -1,19 +1,14 @@
 """Entry point: ``python -m services.brief`` or ``switchboard brief``."""
 
-import asyncio
-
-from services.brief.service import run
+from services.brief.service import Brief
 from services.brief.settings import BriefSettings
 from switchboard.lifecycle import run_service
 
 
 def main() -> None:
     settings = BriefSettings()
-
-    async def _main(stop: asyncio.Event) -> None:
-        await run(stop, settings)
-
-    run_service("brief", _main, settings)
+    brief = Brief(settings)
+    run_service("brief", brief.serve, settings, readiness=brief.ready)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,68 @@
-"""The brief's main loop.
+"""The brief process: consumes ``run_completed``, ``handoff_triggered`` and ``insights``
+and materializes the Home digest per org and day, evaluating agent budgets after each run
+(docs/brief.md). Wiring and life cycle only; the work is in ``handler``."""
 
-For now it only waits for the stop signal: the foundation proves every service
-starts, logs and stops cleanly on SIGTERM; the brief's own issue fills this in.
-"""
+from __future__ import annotations
 
 import asyncio
+import contextlib
 
+from services.brief.catalog import load_catalog
+from services.brief.handler import BriefHandler
 from services.brief.settings import BriefSettings
+from switchboard.contracts import Serde, Topics
+from switchboard.db.session import create_async_engine, create_async_sessionmaker
+from switchboard.kafka.consumer import RecordConsumer
+from switchboard.kafka.dead_letter import DeadLetterPublisher
+from switchboard.kafka.producer import RecordProducer
 from switchboard.observability.logging import get_logger
 
 log = get_logger(__name__)
 
+SERVICE = "brief"
+TOPICS = (Topics.RUN_COMPLETED, Topics.HANDOFF_TRIGGERED, Topics.INSIGHTS)
 
-async def run(stop: asyncio.Event, settings: BriefSettings) -> None:
-    """Run until ``stop`` is set."""
-    log.info("brief waiting for work", extra={"kafka": settings.kafka.bootstrap_servers})
-    await stop.wait()
+
+class Brief:
+    """Build with settings, then ``await serve(stop)``; ``ready()`` answers the readiness probe."""
+
+    def __init__(self, settings: BriefSettings) -> None:
+        self.settings = settings
+        self._consumer: RecordConsumer | None = None
+        self._started = asyncio.Event()
+
+    async def ready(self) -> bool:
+        return self._consumer is not None and await self._consumer.ready()
+
+    async def wait_started(self, timeout_s: float = 30.0) -> None:
+        await asyncio.wait_for(self._started.wait(), timeout_s)
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        settings = self.settings
+        catalog = load_catalog()
+        engine = create_async_engine(
+            settings.database.url.get_secret_value(), pool_size=settings.db_pool_size, max_overflow=0
+        )
+        serde = Serde.from_settings(settings.kafka)
+        producer = RecordProducer(settings.kafka, service=SERVICE, serde=serde)
+        await producer.start()
+        self._consumer = RecordConsumer(
+            service=SERVICE,
+            kafka=settings.kafka,
+            topics=TOPICS,
+            group_id=settings.group_id,
+            batch_handler=BriefHandler(create_async_sessionmaker(engine), serde, catalog),
+            dead_letters=DeadLetterPublisher(producer, service=SERVICE, consumer_group=settings.group_id),
+            serde=serde,
+            max_batch=settings.max_batch,
+        )
+        task = asyncio.create_task(self._consumer.run(stop), name="brief-consumer")
+        self._started.set()
+        log.info("brief consuming", extra={"group_id": settings.group_id})
+        try:
+            await stop.wait()
+        finally:
+            with contextlib.suppress(Exception):
+                await task
+            await producer.stop()
+            await engine.dispose()

@@ -75,6 +75,7 @@ from switchboard.contracts import (
     WakeReason,
 )
 
+HANDED_OFF_REASON = "conversation handed off to humans"
 INTERRUPT_TEXT = "A new customer message arrived: stop at this turn boundary; a new run will answer every message."
 
 
@@ -226,6 +227,11 @@ def on_dispatch(state: ConversationState, dispatch: DispatchRequested, ctx: Cont
 
 
 def _handle_dispatch(state: ConversationState, dispatch: DispatchRequested, ctx: Context, t: Transition) -> None:
+    if state.human_owned and not dispatch.dry_run:
+        if dispatch.wake_reason is not WakeReason.ASSIGNMENT:
+            t.decisions.append(_decision(state, dispatch, DispatchOutcome.CONV_BUSY, ctx, reason=HANDED_OFF_REASON))
+            return
+        state.human_owned = False  # handed back: this dispatch wakes the agents again
     selection = select(ctx.index, dispatch)
     if selection.choice is None:
         t.decisions.append(
@@ -611,12 +617,11 @@ def on_run_completed(state: ConversationState, completed: RunCompleted, ctx: Con
             if d.message is not None and d.message.message_id not in answered
         ]
     if completed.status is RunStatus.HANDOFF:
-        # Humans own the conversation now: no agent answers what was waiting.
+        # Humans own the conversation now: no agent answers what was waiting, nor what comes next.
+        state.human_owned = True
         for item in [*carried, *state.pending]:
             t.decisions.append(
-                _decision(
-                    state, item.dispatch, DispatchOutcome.CONV_BUSY, ctx, reason="conversation handed off to humans"
-                )
+                _decision(state, item.dispatch, DispatchOutcome.CONV_BUSY, ctx, reason=HANDED_OFF_REASON)
             )
         _drop_pending(state)
         return True
@@ -673,4 +678,7 @@ def on_tick(state: ConversationState, ctx: Context, t: Transition) -> None:
         _start_due(state, ctx, t)
         return
     if ctx.now - state.updated_at >= timedelta(seconds=ctx.config.state_ttl_s):
+        if state.human_owned:
+            state.updated_at = ctx.now  # still the humans': keep the flag, look again a TTL later
+            return
         t.state = None  # idle long enough: forget the conversation (a tombstone in the changelog)

@@ -108,6 +108,9 @@ class ConversationState(_Model):
     handled: list[str] = Field(default_factory=list)
     # Runs that ended (completed, recovered as a new attempt, lost): late events are ignored.
     closed_runs: list[uuid.UUID] = Field(default_factory=list)
+    # Humans own the conversation (a run ended in handoff): every dispatch gets a conv_busy
+    # decision until one with wake reason ``assignment`` (the API's handback) clears it.
+    human_owned: bool = False
     updated_at: datetime
 
     @classmethod

@@ -1,19 +1,14 @@
 """Entry point: ``python -m services.notifier`` or ``switchboard notifier``."""
 
-import asyncio
-
-from services.notifier.service import run
+from services.notifier.service import Notifier
 from services.notifier.settings import NotifierSettings
 from switchboard.lifecycle import run_service
 
 
 def main() -> None:
     settings = NotifierSettings()
-
-    async def _main(stop: asyncio.Event) -> None:
-        await run(stop, settings)
-
-    run_service("notifier", _main, settings)
+    notifier = Notifier(settings)
+    run_service("notifier", notifier.serve, settings, readiness=notifier.ready)
 
 
 if __name__ == "__main__":

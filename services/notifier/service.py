@@ -1,18 +1,100 @@
-"""The notifier's main loop.
+"""The notifier process: wiring (settings, database, HTTP client, channel plugins, consumer) and its life cycle.
 
-For now it only waits for the stop signal: the foundation proves every service
-starts, logs and stops cleanly on SIGTERM; the notifier's own issue fills this in.
+One ``RecordConsumer`` reads ``run_completed``, ``handoff_triggered`` and ``insights``
+(error policy, dead letters, commits after handling); ``handlers.py`` does the work.
+Records are handled one at a time per partition, so a reply's retries hold only its own
+partition (bounded: ``NOTIFIER_SEND_MAX_ATTEMPTS`` x ``NOTIFIER_SEND_BACKOFF_MAX_S``).
 """
 
-import asyncio
+from __future__ import annotations
 
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+import httpx
+
+from services.notifier.channels import ChannelRegistry
+from services.notifier.handlers import Hooks, NotifierHandlers
+from services.notifier.retry import RetryPolicy
 from services.notifier.settings import NotifierSettings
+from services.notifier.store import NotifierStore
+from switchboard.contracts import Serde, Topics
+from switchboard.crypto import KeyRing
+from switchboard.db.session import create_async_engine, create_async_sessionmaker
+from switchboard.kafka.consumer import RecordConsumer
+from switchboard.kafka.dead_letter import DeadLetterPublisher
+from switchboard.kafka.producer import RecordProducer
 from switchboard.observability.logging import get_logger
 
 log = get_logger(__name__)
 
+SERVICE = "notifier"
+TOPICS = (Topics.RUN_COMPLETED, Topics.HANDOFF_TRIGGERED, Topics.INSIGHTS)
+
+
+@dataclass
+class NotifierOverrides:
+    """What tests replace (everything else is the production wiring)."""
+
+    keyring: KeyRing | None = None
+    hooks: Hooks | None = None
+
+
+class Notifier:
+    """Build with settings, then ``await serve(stop)``; ``ready()`` answers the readiness probe."""
+
+    def __init__(self, settings: NotifierSettings, overrides: NotifierOverrides | None = None) -> None:
+        self.settings = settings
+        self._overrides = overrides or NotifierOverrides()
+        self._consumer: RecordConsumer | None = None
+
+    async def ready(self) -> bool:
+        return self._consumer is not None and await self._consumer.ready()
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        settings = self.settings
+        engine = create_async_engine(settings.database.url.get_secret_value(), pool_size=settings.db_pool_size)
+        serde = Serde.from_settings(settings.kafka)
+        producer = RecordProducer(settings.kafka, service=SERVICE, serde=serde)
+        client = httpx.AsyncClient(follow_redirects=False)
+        await producer.start()
+        store = NotifierStore(
+            create_async_sessionmaker(engine),
+            self._overrides.keyring or KeyRing.from_settings(settings.runtime),
+            waha_base_url=settings.waha_base_url,
+        )
+        handlers = NotifierHandlers(
+            store,
+            ChannelRegistry(client, timeout_s=settings.send_timeout_s),
+            RetryPolicy(settings.send_max_attempts, settings.send_backoff_initial_s, settings.send_backoff_max_s),
+            self._overrides.hooks,
+        )
+        self._consumer = RecordConsumer(
+            service=SERVICE,
+            kafka=settings.kafka,
+            topics=TOPICS,
+            group_id=settings.group_id,
+            handler=handlers.handle,
+            dead_letters=DeadLetterPublisher(producer, service=SERVICE, consumer_group=settings.group_id),
+            serde=serde,
+        )
+        consumer_task = asyncio.create_task(self._consumer.run(stop), name="notifier-consumer")
+        log.info("notifier delivering", extra={"group_id": settings.group_id, "waha_base_url": settings.waha_base_url})
+        try:
+            await stop.wait()
+            await consumer_task
+        finally:
+            # Cancelled (a crash in tests) or stopping: nothing past the last handled record is committed.
+            if not consumer_task.done():
+                consumer_task.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await consumer_task
+            await client.aclose()
+            await producer.stop()
+            await engine.dispose()
+
 
 async def run(stop: asyncio.Event, settings: NotifierSettings) -> None:
-    """Run until ``stop`` is set."""
-    log.info("notifier waiting for work", extra={"kafka": settings.kafka.bootstrap_servers})
-    await stop.wait()
+    """Run until ``stop`` is set (``switchboard notifier``)."""
+    await Notifier(settings).serve(stop)

@@ -1,5 +1,6 @@
 """Settings of the notifier service (env prefix ``NOTIFIER_``)."""
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from switchboard.settings import ServiceSettings
@@ -9,3 +10,14 @@ class NotifierSettings(ServiceSettings):
     """Shared Kafka/database/runtime settings plus what only the notifier needs."""
 
     model_config = SettingsConfigDict(env_prefix="NOTIFIER_")
+
+    group_id: str = "switchboard-notifier"
+    # The WAHA server of channel sessions whose base_url is NULL (the platform default).
+    waha_base_url: str = "http://127.0.0.1:3000"
+    # One HTTP call to a channel or webhook gives up after this long (then it is retried).
+    send_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    # Transient failures (timeouts, connection errors, 5xx, 429): attempts per message, backoff with jitter.
+    send_max_attempts: int = Field(default=5, ge=1, le=20)
+    send_backoff_initial_s: float = Field(default=0.5, gt=0)
+    send_backoff_max_s: float = Field(default=30.0, gt=0)
+    db_pool_size: int = Field(default=5, ge=1)

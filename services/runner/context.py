@@ -1,35 +1,78 @@
 """Prompt composition as a pipeline of context builders [002 "Composizione del prompt"].
 
 The prompt is built in labeled layers by small builders run in order over a
-:class:`PromptDraft`; the loop only receives the finished draft. This issue
-ships identity, tool catalog, system prompt, persona, skills, run contract,
-wake context, conversation history and the inbound messages. The next issue
-adds memory (thread summary, long-term facts), slash commands (parsed from the
-raw user text) and autonomy gating of the tool list as further builders — inserted in the list returned by
-:func:`default_builders`, without touching the loop.
+:class:`PromptDraft`; the loop only receives the finished draft. The layers, in
+this fixed order (docs/agent-context.md):
+
+1. **Identity** — agent id, name, org id, and the instruction to pass exactly
+   those ids to org-scoped tools;
+2. **Tools** — generated from the tools the run is really offered;
+3. **System prompt** — the version's override;
+4. **Persona and team brief**;
+5. **Skills** — the names on the version;
+6. **Run contract** — the rules of the current :class:`RunMode`;
+7. **Wake context** — the wake reason and its ids;
+8. **Memory** — the thread summary (and, later, retrieved long-term facts);
+9. **Conversation** — who the customer is and what the transcript holds; the
+   transcript itself (history, then the inbound messages) follows as messages.
 
 Rules kept here:
 
-- the tool catalog layer is generated from the tools actually offered, so a
-  prompt can never name a tool the run lacks;
+- a prompt can never name a tool the run lacks: the tool catalog is generated
+  from the offered tools, and a final pass (:func:`scrub_unoffered_tools`)
+  rewrites any known tool name that is not offered in every layer — including
+  the version's own free text;
 - history is bounded by the version's message window, its token window and a
   50,000-character literal window; older messages stay reachable through the
   history tool, never silently lost;
 - the transcript starts with a user turn and alternates, as every provider wants.
+
+Composition reads nothing but the run's subject and its history loader, so it
+is a pure function of them, unit-tested without a database.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from enum import StrEnum
+from typing import Any, Protocol
 
 from services.runner.budget import estimate_tokens
-from services.runner.providers.base import AssistantMessage, Message, SystemLayer, ToolSpec, UserMessage
+from services.runner.providers.base import (
+    AssistantMessage,
+    Message,
+    SystemLayer,
+    ToolResults,
+    ToolSpec,
+    UserMessage,
+)
 from services.runner.subject import HistoryItem, RunSubject
-from switchboard.tool_catalog import CONVERSATION_HISTORY, REQUEST_HUMAN_HANDOFF
+from switchboard.tool_catalog import CONVERSATION_HISTORY, REQUEST_HUMAN_HANDOFF, TOOL_KINDS
 
 LITERAL_HISTORY_WINDOW_CHARS = 50_000
+# Every tool name a layer could mention; those not offered are rewritten by the final pass. The local
+# ``finish`` tool is left out on purpose: it is an ordinary English word in a version's instructions.
+KNOWN_TOOL_NAMES = frozenset(TOOL_KINDS)
+UNAVAILABLE_TOOL = "(a tool not available in this run)"
+
+
+class RunMode(StrEnum):
+    """What kind of turn this is; each mode has its own run contract [002 "Contratto di esecuzione"]."""
+
+    REPLY = "reply"
+
+
+_MODE_RULES: dict[RunMode, tuple[str, ...]] = {
+    RunMode.REPLY: (
+        "You are answering a customer on WhatsApp. Your final text is sent to the customer as one message: "
+        "keep it short, friendly and in the customer's language.",
+        "Never invent facts about the business; if you do not know, say so.",
+        "Values written like <email_1>, <phone_1> or <contact_1> stand for the customer's real data: use them "
+        "as they are, in tools and in your answer; they are filled in before anything is sent.",
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +89,7 @@ class DraftBuilder:
     """The mutable draft builders work on."""
 
     tools: list[ToolSpec]
+    mode: RunMode = RunMode.REPLY
     system: list[SystemLayer] = field(default_factory=list)
     history: list[Message] = field(default_factory=list)
     inbound: list[Message] = field(default_factory=list)
@@ -54,8 +98,13 @@ class DraftBuilder:
         if text and text.strip():
             self.system.append(SystemLayer(label, text.strip()))
 
+    @property
+    def offered(self) -> set[str]:
+        return {t.name for t in self.tools}
+
     def freeze(self) -> PromptDraft:
-        return PromptDraft(tuple(self.system), _alternating([*self.history, *self.inbound]), tuple(self.tools))
+        system = scrub_unoffered_tools(self.system, self.offered)
+        return PromptDraft(system, _alternating([*self.history, *self.inbound]), tuple(self.tools))
 
 
 class ContextBuilder(Protocol):
@@ -94,14 +143,14 @@ class SystemPromptLayer:
     name = "system_prompt"
 
     async def build(self, subject: RunSubject, draft: DraftBuilder) -> None:
-        draft.layer("Instructions", subject.version.system_prompt)
+        draft.layer("System prompt", subject.version.system_prompt)
 
 
 class PersonaLayer:
     name = "persona"
 
     async def build(self, subject: RunSubject, draft: DraftBuilder) -> None:
-        draft.layer("Persona", subject.version.persona)
+        draft.layer("Persona and team brief", subject.version.persona)
 
 
 class SkillsLayer:
@@ -116,12 +165,8 @@ class RunContractLayer:
     name = "run_contract"
 
     async def build(self, subject: RunSubject, draft: DraftBuilder) -> None:
-        offered = {t.name for t in draft.tools}
-        rules = [
-            "You are answering a customer on WhatsApp. Your final text is sent to the customer as one message: "
-            "keep it short, friendly and in the customer's language.",
-            "Never invent facts about the business; if you do not know, say so.",
-        ]
+        offered = draft.offered
+        rules = list(_MODE_RULES[draft.mode])
         if REQUEST_HUMAN_HANDOFF in offered:
             rules.append(
                 f"If the customer asks for a person, is upset, or you cannot help, call {REQUEST_HUMAN_HANDOFF} "
@@ -129,7 +174,7 @@ class RunContractLayer:
             )
         if CONVERSATION_HISTORY in offered:
             rules.append(f"Older messages of this conversation are available through {CONVERSATION_HISTORY}.")
-        draft.layer("Run contract", "\n".join(f"- {r}" for r in rules))
+        draft.layer("Run contract", f"Mode: {draft.mode.value}.\n" + "\n".join(f"- {r}" for r in rules))
 
 
 class WakeLayer:
@@ -142,9 +187,18 @@ class WakeLayer:
         text = f"Wake reason: {request.wake_reason.value}. Context ids: {ids}."
         if request.attempt > 1:
             text += f" This is attempt {request.attempt}: a previous attempt was interrupted; answer from scratch."
-        if subject.conversation and subject.conversation.contact_name:
-            text += f" The customer's name is {subject.conversation.contact_name}."
         draft.layer("Wake context", text)
+
+
+class MemoryLayer:
+    """The thread summary kept for a conversation that outgrew its window (long-term facts: a later builder)."""
+
+    name = "memory"
+
+    async def build(self, subject: RunSubject, draft: DraftBuilder) -> None:
+        summary = subject.conversation.summary if subject.conversation else None
+        if summary and summary.strip():
+            draft.layer("Memory", f"Summary of the earlier conversation:\n{summary.strip()}")
 
 
 async def preloaded_history(subject: RunSubject, limit: int) -> list[HistoryItem]:
@@ -152,8 +206,33 @@ async def preloaded_history(subject: RunSubject, limit: int) -> list[HistoryItem
     return list(subject.recent_messages[:limit])
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryWindow:
+    """The recent messages kept (oldest first) and whether older ones exist beyond the window."""
+
+    kept: tuple[HistoryItem, ...]
+    older_exist: bool
+
+
+def history_window(
+    items: Sequence[HistoryItem], *, messages: int, tokens: int, chars: int = LITERAL_HISTORY_WINDOW_CHARS
+) -> HistoryWindow:
+    """The newest messages within all three windows; stops at the first message that does not fit,
+    so what is kept is always a contiguous recent tail."""
+    newest_first = sorted(items, key=lambda i: i.occurred_at, reverse=True)
+    kept: list[HistoryItem] = []
+    used_tokens = used_chars = 0
+    for item in newest_first[:messages]:
+        used_tokens += estimate_tokens(item.text)
+        used_chars += len(item.text)
+        if used_tokens > tokens or used_chars > chars:
+            break
+        kept.append(item)
+    return HistoryWindow(tuple(reversed(kept)), older_exist=len(kept) < len(newest_first))
+
+
 class HistoryBuilder:
-    """The recent conversation, bounded by the version's windows (see the module docstring)."""
+    """The conversation context: a labeled layer about the conversation, then the recent transcript."""
 
     name = "history"
 
@@ -161,22 +240,31 @@ class HistoryBuilder:
         self._loader = loader
 
     async def build(self, subject: RunSubject, draft: DraftBuilder) -> None:
-        window = subject.version.history_message_window
-        if window <= 0 or subject.conversation is None:
+        conversation = subject.conversation
+        if conversation is None:
             return
+        window = subject.version.history_message_window
         answered = {m.message_id for m in subject.request.messages}
-        items = [i for i in await self._loader(subject, window + len(answered)) if i.message_id not in answered]
-        kept: list[HistoryItem] = []
-        tokens = chars = 0
-        for item in sorted(items, key=lambda i: i.occurred_at, reverse=True)[:window]:
-            tokens += estimate_tokens(item.text)
-            chars += len(item.text)
-            if tokens > subject.version.history_token_window or chars > LITERAL_HISTORY_WINDOW_CHARS:
-                break
-            kept.append(item)
+        kept = HistoryWindow((), older_exist=True)
+        if window > 0:
+            # One more than the window: whether older messages exist is then known, not guessed.
+            loaded = await self._loader(subject, window + len(answered) + 1)
+            items = [i for i in loaded if i.message_id not in answered]
+            kept = history_window(items, messages=window, tokens=subject.version.history_token_window)
         draft.history = [
-            UserMessage(i.text) if i.direction == "inbound" else AssistantMessage(i.text) for i in reversed(kept)
+            UserMessage(i.text) if i.direction == "inbound" else AssistantMessage(i.text) for i in kept.kept
         ]
+        lines = []
+        if conversation.contact_name:
+            lines.append(f"The customer's name is {conversation.contact_name}.")
+        lines.append(f"The transcript below holds the latest {len(kept.kept)} earlier message(s) and the new one(s).")
+        if kept.older_exist:
+            lines.append(
+                f"Older messages are not shown; fetch them with {CONVERSATION_HISTORY} when you need them."
+                if CONVERSATION_HISTORY in draft.offered
+                else "Older messages are not shown and cannot be fetched in this run."
+            )
+        draft.layer("Conversation", " ".join(lines))
 
 
 class InboundBuilder:
@@ -198,16 +286,53 @@ def default_builders(history: HistoryLoader = preloaded_history) -> list[Context
         SkillsLayer(),
         RunContractLayer(),
         WakeLayer(),
+        MemoryLayer(),
         HistoryBuilder(history),
         InboundBuilder(),
     ]
 
 
-async def compose(subject: RunSubject, tools: Sequence[ToolSpec], builders: Sequence[ContextBuilder]) -> PromptDraft:
-    draft = DraftBuilder(tools=list(tools))
+async def compose(
+    subject: RunSubject,
+    tools: Sequence[ToolSpec],
+    builders: Sequence[ContextBuilder],
+    *,
+    mode: RunMode = RunMode.REPLY,
+) -> PromptDraft:
+    draft = DraftBuilder(tools=list(tools), mode=mode)
     for builder in builders:
         await builder.build(subject, draft)
     return draft.freeze()
+
+
+def scrub_unoffered_tools(layers: Sequence[SystemLayer], offered: set[str]) -> tuple[SystemLayer, ...]:
+    """Rewrite every known tool name that is not offered, so no layer can point the model at it."""
+    missing = sorted(KNOWN_TOOL_NAMES - offered, key=len, reverse=True)
+    if not missing:
+        return tuple(layers)
+    pattern = re.compile(r"(?<![\w])(?:" + "|".join(re.escape(n) for n in missing) + r")(?![\w])")
+    return tuple(SystemLayer(layer.label, pattern.sub(UNAVAILABLE_TOOL, layer.text)) for layer in layers)
+
+
+def prompt_record(
+    system: Sequence[SystemLayer], messages: Sequence[Message], tools: Sequence[ToolSpec]
+) -> dict[str, Any]:
+    """The composed prompt as stored with the run (``ai_agent_runs.prompt``): what the model saw first."""
+    return {
+        "layers": [{"label": layer.label, "text": layer.text} for layer in system],
+        "messages": [_message_record(m) for m in messages],
+        "tools": [t.name for t in tools],
+    }
+
+
+def _message_record(message: Message) -> dict[str, Any]:
+    if isinstance(message, UserMessage):
+        return {"role": "user", "text": message.text}
+    if isinstance(message, AssistantMessage):
+        return {"role": "assistant", "text": message.text}
+    if isinstance(message, ToolResults):
+        return {"role": "tool", "text": "\n".join(r.content for r in message.results)}
+    raise TypeError(type(message).__name__)
 
 
 def _alternating(messages: list[Message]) -> tuple[Message, ...]:

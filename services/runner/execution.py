@@ -24,13 +24,16 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
+from services.runner.autonomy import RunAutonomy
+from services.runner.autonomy_store import AutonomyStore
 from services.runner.budget import RunLimits
-from services.runner.context import ContextBuilder, compose, default_builders
+from services.runner.commands import malformed_command_reply
+from services.runner.context import ContextBuilder, compose, default_builders, prompt_record
 from services.runner.credentials import CredentialResolver, NoCredential
 from services.runner.events import RunEventPublisher, RunEvents
 from services.runner.handoff import match_handoff_keyword
@@ -52,6 +55,7 @@ from services.runner.outcome import (
     RunFailure,
     classify,
 )
+from services.runner.pii import PiiInterceptor, PiiToolBox, Pseudonymizer
 from services.runner.providers import ProviderRegistry, UnknownProvider
 from services.runner.providers.base import (
     CredentialSource,
@@ -84,7 +88,10 @@ class RunHandle:
     task: asyncio.Task[None] | None = None
     status: str = "accepted"
     handing_back: bool = False
+    # A newer attempt of this run arrived here: stop and close it quietly (the newer one answers).
+    superseded: bool = False
     loop: AgentLoop | None = None
+    autonomy: RunAutonomy | None = None  # issue 6: autonomy gate state (docs/autonomy.md)
     accepted_at: float = field(default_factory=time.monotonic)
 
 
@@ -103,6 +110,10 @@ class RunnerDeps:
     toolbox_factory: ToolBoxFactory | None = None
     builders: Callable[[RunStore], Sequence[ContextBuilder]] = field(default=lambda store: default_builders())
     interceptors: Callable[[dict[str, str]], Sequence[ToolInterceptor]] = field(default=default_interceptors)
+    autonomy: AutonomyStore | None = None  # None: no autonomy gate (unit tests)
+    # Issue 6 (docs/memory.md): background work started once a run is recorded (thread summary,
+    # follow-up link); each hook returns at once and never delays or fails the run.
+    after_run: Sequence[Callable[[RunSubject, ProviderAccess | None], None]] = ()
 
 
 def _labels(request: RunRequested) -> dict[str, str]:
@@ -141,7 +152,11 @@ class RunExecutor:
             log.info("run no longer pending, skipped", extra=labels)
             return
         handle.status = "running"
-        events.debug("run_started", f"runner {self._settings.runner_id}, attempt {request.attempt}")
+        silence_s = version.silence_timeout_s(self._settings.silence_timeout_s)
+        events.debug(
+            "run_started",
+            f"runner {self._settings.runner_id}, attempt {request.attempt}, silence timeout {silence_s:.0f}s",
+        )
         log.info("run started", extra={**labels, "provider": version.provider, "model": version.model})
         preset, access = begun
         if preset is not None and preset.handoff is not None:
@@ -163,7 +178,11 @@ class RunExecutor:
                 failure=RunFailure("runner_error", f"internal error ({type(exc).__name__})", ErrorFamily.UNKNOWN),
                 summary="Failed: internal error in the runner.",
             )
-        await self._finish(subject, outcome, events, started_at, clock, access, labels)
+        await self._finish(
+            subject, outcome, events, started_at, clock, access, labels, handle.steering, autonomy=handle.autonomy
+        )
+        for hook in self._deps.after_run:
+            hook(subject, access)
 
     async def _begin(
         self, subject: RunSubject, started_at: datetime
@@ -256,10 +275,21 @@ class RunExecutor:
     ) -> LoopOutcome:
         version = subject.version
         request = subject.request
+        # Issue 6: a malformed slash command is answered with what is wrong, before any model call.
+        command_reply = malformed_command_reply(subject)
+        if command_reply is not None:
+            return command_reply
         provider = self._deps.providers.get(version.provider)
         price = await self._deps.store.price(version.provider, version.model)
         granted = version.granted_tools()
-        toolbox = self._toolbox(subject, granted)
+        # Autonomy (issue 6, docs/autonomy.md): areas that are off offer no write tools.
+        autonomy = await RunAutonomy.load(self._deps.autonomy, subject, granted) if self._deps.autonomy else None
+        handle.autonomy = autonomy
+        if autonomy is not None:
+            granted = autonomy.offered(granted)
+        # PII (issue 6): aliases for the model, real values for the tools and the customer.
+        pii = Pseudonymizer(names=[subject.conversation.contact_name if subject.conversation else None])
+        toolbox = PiiToolBox(self._toolbox(subject, granted), pii)
         try:
             try:
                 specs = list(await toolbox.specs())
@@ -268,6 +298,9 @@ class RunExecutor:
             if FINISH_TOOL in version.tool_ids:
                 specs.append(FINISH_SPEC)
             draft = await compose(subject, specs, self._deps.builders(self._deps.store))
+            if autonomy is not None:  # a resumed run: the paused call and the owner's decision
+                draft = autonomy.resumed(draft)
+            prompt = prompt_record(pii.layers(draft.system), pii.messages(draft.messages), draft.tools)
             loop = AgentLoop(
                 config=LoopConfig(
                     model=version.model,
@@ -281,7 +314,7 @@ class RunExecutor:
                     price=price,
                     call_timeout_s=self._settings.model_call_timeout_s,
                     tool_timeout_s=self._settings.tool_call_timeout_s,
-                    silence_timeout_s=self._settings.silence_timeout_s,
+                    silence_timeout_s=version.silence_timeout_s(self._settings.silence_timeout_s),
                     retry=RetryPolicy(
                         max_attempts=self._settings.provider_max_attempts,
                         initial_backoff_s=self._settings.provider_backoff_initial_s,
@@ -292,12 +325,17 @@ class RunExecutor:
                 access=access or ProviderAccess(source=CredentialSource.NONE, base_url=None),
                 tools=toolbox,
                 events=events,
-                trace=_Trace(self._deps.store, request, handle),
+                trace=_Trace(self._deps.store, request, handle, prompt=prompt),
                 steering=handle.steering,
-                interceptors=self._deps.interceptors(labels),
+                interceptors=[
+                    *self._deps.interceptors(labels),
+                    *([autonomy.gate(pii)] if autonomy is not None else []),
+                    PiiInterceptor(pii),
+                ],
+                pii=pii,
             )
             handle.loop = loop
-            return await loop.run(draft)
+            return pii.reveal_outcome(await loop.run(draft))
         finally:
             await toolbox.aclose()
 
@@ -343,6 +381,9 @@ class RunExecutor:
         clock: float,
         access: ProviderAccess | None,
         labels: dict[str, str],
+        steering: RunSteering,
+        *,
+        autonomy: RunAutonomy | None = None,
     ) -> None:
         request = subject.request
         version = subject.version
@@ -371,10 +412,20 @@ class RunExecutor:
             completed_at=completed_at,
             latency_ms=latency_ms,
             would_send_to=would_send_to,
-            actions_executed=_actions(request, outcome, completed_at),
+            actions_executed=(
+                autonomy.executed_actions(_actions(request, outcome, completed_at))
+                if autonomy is not None
+                else _actions(request, outcome, completed_at)
+            ),
+            actions_proposed=tuple(autonomy.proposed) if autonomy is not None else (),
             invalid_credential_id=invalid,
+            steered_message_ids=steering.applied_message_ids,
         )
-        await _with_db_retries(lambda: self._deps.store.finish(subject, finish))
+        announced = await _with_db_retries(lambda: self._deps.store.finish(subject, finish))
+        if not announced:
+            log.warning("run superseded by a newer attempt; its outcome is not announced", extra=labels)
+        elif autonomy is not None and await _with_db_retries(autonomy.park_if_paused):
+            log.info("run parked until the owner decides", extra=labels)
         events.done(classification.status, outcome.summary)
         self._observe(version.provider, outcome, classification.status, latency_ms)
         log.info(
@@ -410,11 +461,12 @@ class RunExecutor:
             would_send_to=None,
             trace_tail=entries,
         )
+        code = "superseded" if handle.superseded else "runner_shutdown"
         try:
-            await self._deps.store.hand_back(subject, finish)
+            await self._deps.store.hand_back(subject, finish, error_code=code)
         except Exception as exc:
             log.error("hand back not recorded", extra={**_labels(subject.request), "error": type(exc).__name__})
-        log.warning("run handed back at shutdown", extra=_labels(subject.request))
+        log.warning("run handed back", extra={**_labels(subject.request), "error_code": code})
 
     @staticmethod
     def _observe(provider: str, outcome: LoopOutcome, status: RunStatus, latency_ms: int) -> None:
@@ -493,11 +545,15 @@ def _actions(request: RunRequested, outcome: LoopOutcome, at: datetime) -> tuple
 class _Trace:
     """The loop's :class:`~services.runner.loop.TraceSink`: appends to the run row, tracks steps."""
 
-    def __init__(self, store: RunStore, request: RunRequested, handle: RunHandle) -> None:
+    def __init__(
+        self, store: RunStore, request: RunRequested, handle: RunHandle, *, prompt: dict[str, Any] | None = None
+    ) -> None:
         self._store = store
         self._request = request
         self._handle = handle
+        self._prompt = prompt  # stored with the first append (issue 6)
 
     async def append(self, entries: list[dict[str, object]], *, steps: int, usage: TokenUsage, cost: int) -> None:
         self._handle.status = "running"
-        await self._store.append_trace(self._request, entries, steps=steps, usage=usage, cost=cost)
+        prompt, self._prompt = self._prompt, None
+        await self._store.append_trace(self._request, entries, steps=steps, usage=usage, cost=cost, prompt=prompt)

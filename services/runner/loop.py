@@ -51,6 +51,7 @@ from services.runner.outcome import (
     OutcomeKind,
     RunFailure,
 )
+from services.runner.pii import Pseudonymizer, SealedRequest
 from services.runner.providers.base import (
     AssistantMessage,
     Message,
@@ -160,8 +161,11 @@ class AgentLoop:
         trace: TraceSink,
         steering: SteeringInbox,
         interceptors: Sequence[ToolInterceptor],
+        pii: Pseudonymizer | None = None,
     ) -> None:
         self._config = config
+        # Every request to the provider is sealed by it (services/runner/pii.py): no raw PII leaves.
+        self._pii = pii or Pseudonymizer()
         self._provider = provider
         self._access = access
         self._tools = tools
@@ -254,12 +258,14 @@ class AgentLoop:
                     abort_reason=reason,
                     summary=f"Stopped before step {self._steps + 1}: {reason}.",
                 )
-            request = ModelRequest(
-                model=self._config.model,
-                system=draft.system,
-                messages=tuple(messages),
-                tools=draft.tools,
-                max_output_tokens=admission.max_output_tokens,
+            request = self._pii.seal(
+                ModelRequest(
+                    model=self._config.model,
+                    system=draft.system,
+                    messages=tuple(messages),
+                    tools=draft.tools,
+                    max_output_tokens=admission.max_output_tokens,
+                )
             )
 
             # 3. the model call (retried inside).
@@ -330,7 +336,7 @@ class AgentLoop:
             self._in_flight = None
             self._trace_tool(call, None, started, started_at, error=f"not completed: {reason}")
 
-    async def _call_model(self, request: ModelRequest) -> ModelResponse:
+    async def _call_model(self, request: SealedRequest) -> ModelResponse:
         policy = self._config.retry
         attempt = 0
         started = time.monotonic()

@@ -82,12 +82,27 @@ class RunSupervisor:
         """Start a run in the background (the handler and tests call this); None if already held."""
         if request.run_id in self._runs:
             return None
+        self._supersede(request)
         handle = RunHandle(request=request)
         self.router.adopt(request.run_id, handle.steering)
         self._runs[request.run_id] = handle
         RUNS_IN_FLIGHT.set(len(self._runs))
         handle.task = asyncio.create_task(self._run(handle), name=f"run-{request.run_id}")
         return handle
+
+    def _supersede(self, request: RunRequested) -> None:
+        """A recovery attempt whose parent still runs *here* (its lease expired while partitions
+        moved, so the dispatcher re-dispatched it): the dispatcher follows the newer attempt, so the
+        parent stops at its current await and is closed without an announcement."""
+        parent = self._runs.get(request.parent_run_id) if request.parent_run_id else None
+        if parent is None or parent.task is None or parent.task.done():
+            return
+        log.warning(
+            "run superseded by a newer attempt, stopping it",
+            extra={"run_id": str(parent.request.run_id), "new_run_id": str(request.run_id)},
+        )
+        parent.superseded = parent.handing_back = True
+        parent.task.cancel()
 
     async def _run(self, handle: RunHandle) -> None:
         try:

@@ -19,16 +19,21 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
+from services.runner.autonomy_store import AutonomyStore
+from services.runner.context import default_builders
 from services.runner.credentials import CredentialResolver
 from services.runner.events import RunEventPublisher
 from services.runner.execution import RunExecutor, RunnerDeps, ToolBoxFactory
 from services.runner.heartbeats import Heartbeater
+from services.runner.memory import FactRetriever, with_memory
 from services.runner.providers import ProviderRegistry, build_providers
 from services.runner.runtime import RunSupervisor
 from services.runner.settings import RunnerSettings
 from services.runner.steering import SteeringListener
 from services.runner.store import RunStore
+from services.runner.summary import ThreadSummarizer
 from services.runner.tools import ToolCatalog
+from services.runner.wake import FollowupLinker, with_followup_context
 from switchboard.contracts import Serde, Topics
 from switchboard.crypto import KeyRing
 from switchboard.db.session import create_async_engine, create_async_sessionmaker
@@ -62,6 +67,7 @@ class Runner:
         self._consumer: RecordConsumer | None = None
         self._steering: SteeringListener | None = None
         self._started = asyncio.Event()
+        self.summarizer: ThreadSummarizer | None = None
 
     async def ready(self) -> bool:
         return (
@@ -90,6 +96,11 @@ class Runner:
         await producer.start()
         store = RunStore(create_async_sessionmaker(engine), serde, runner_id=settings.runner_id)
         publisher = RunEventPublisher(producer, maxsize=settings.event_queue_size)
+        memory_sessions = create_async_sessionmaker(engine)
+        summarizer = self.summarizer = ThreadSummarizer(
+            memory_sessions, providers, price=store.price, call_timeout_s=settings.model_call_timeout_s
+        )
+        linker = FollowupLinker(memory_sessions)
         deps = RunnerDeps(
             settings=settings,
             store=store,
@@ -103,6 +114,12 @@ class Runner:
             tool_catalog=ToolCatalog(),
             token_secret=RunTokenSettings().secret(settings.runtime),
             toolbox_factory=self._overrides.toolbox_factory,
+            autonomy=AutonomyStore(create_async_sessionmaker(engine), serde),  # issue 6, docs/autonomy.md
+            # Issue 6, docs/memory.md: long-term facts in the prompt; summary and follow-up link after a run.
+            builders=lambda _store: with_followup_context(
+                with_memory(default_builders(), FactRetriever(memory_sessions)), memory_sessions
+            ),
+            after_run=(summarizer.after_run, linker.after_run),
         )
         supervisor = RunSupervisor(RunExecutor(deps), max_in_flight=settings.max_in_flight)
         self.supervisor = supervisor
@@ -147,6 +164,8 @@ class Runner:
         finally:
             await self._stop(consumer_task, supervisor, background_stop, background)
             await producer.stop()
+            await summarizer.close()
+            await linker.close()
             await providers.aclose()
             await engine.dispose()
 

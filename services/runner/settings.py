@@ -39,7 +39,8 @@ class RunnerSettings(ServiceSettings):
 
     model_call_timeout_s: float = Field(default=120.0, gt=0, le=900)
     tool_call_timeout_s: float = Field(default=30.0, gt=0, le=600)
-    # Silence watchdog [002]: 15 minutes by default, 1 to 240 minutes.
+    # Silence watchdog [002]: 15 minutes by default, 1 to 240 minutes; a version's
+    # ``silence_timeout_minutes`` wins (this is the default for a version without one).
     silence_timeout_s: float = Field(default=900.0, ge=60, le=240 * 60)
     provider_max_attempts: int = Field(default=4, ge=1, le=10)
     provider_backoff_initial_s: float = Field(default=0.5, gt=0)
@@ -49,8 +50,8 @@ class RunnerSettings(ServiceSettings):
     # A step that could not produce at least this many tokens is not started.
     min_output_tokens: int = Field(default=64, ge=1)
 
-    # The internal MCP tool server (services/api/mcp) and the lifetime of a run's token.
-    mcp_url: str = "http://127.0.0.1:8100/mcp"
+    # The internal MCP tool server (services/api/mcp, mounted in the API) and the lifetime of a run's token.
+    mcp_url: str = "http://127.0.0.1:8000/internal/mcp"
     mcp_token_ttl_s: int = Field(default=3600, ge=60)
 
     # Platform keys: step 3 of credential resolution, when neither the version nor the org has one.

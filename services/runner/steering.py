@@ -37,9 +37,10 @@ class RunSteering:
     """The steering inbox of one run (:class:`~services.runner.loop.SteeringInbox`)."""
 
     def __init__(self) -> None:
-        self._guidance: list[str] = []
+        self._guidance: list[tuple[str, uuid.UUID | None]] = []
         self._interrupted = False
         self._seen: set[uuid.UUID] = set()
+        self._applied: list[uuid.UUID] = []
 
     def deliver(self, message: SteeringMessage) -> None:
         if message.event_id in self._seen:
@@ -48,11 +49,20 @@ class RunSteering:
         if message.kind is SteeringKind.INTERRUPT:
             self._interrupted = True
         elif message.text.strip():
-            self._guidance.append(message.text.strip())
+            source = message.source_message.message_id if message.source_message else None
+            self._guidance.append((message.text.strip(), source))
 
     def drain(self) -> list[str]:
         guidance, self._guidance = self._guidance, []
-        return guidance
+        self._applied.extend(source for _, source in guidance if source is not None and source not in self._applied)
+        return [text for text, _ in guidance]
+
+    @property
+    def applied_message_ids(self) -> tuple[uuid.UUID, ...]:
+        """Steered messages the run took in at a turn boundary: it answers them, so ``run_completed``
+        lists them (docs/dispatcher.md, "Steered messages share their run's outcome"); one still
+        waiting for a boundary when the run ended is not listed and goes to a follow-up run."""
+        return tuple(self._applied)
 
     @property
     def interrupted(self) -> bool:

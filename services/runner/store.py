@@ -25,8 +25,9 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import select, text, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import ARRAY, cast, func, select, text, update
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.dialects.postgresql import array, insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
@@ -99,8 +100,11 @@ class Finish:
     latency_ms: int
     would_send_to: SendTarget | None
     actions_executed: tuple[Action, ...] = ()
+    actions_proposed: tuple[Action, ...] = ()
     invalid_credential_id: uuid.UUID | None = None
     trace_tail: Sequence[dict[str, Any]] = ()
+    # Steered messages taken in at a turn boundary (answered by this run too).
+    steered_message_ids: tuple[uuid.UUID, ...] = ()
 
 
 def _version_config(row: AiAgentVersion) -> VersionConfig:
@@ -124,6 +128,7 @@ def _version_config(row: AiAgentVersion) -> VersionConfig:
         persona=row.persona,
         skills=tuple(row.skills or ()),
         channel_session_id=row.channel_session_id,
+        silence_timeout_minutes=row.silence_timeout_minutes,
     )
 
 
@@ -164,6 +169,8 @@ class RunStore:
             return Claim(ClaimState.BUSY, busy_run_id=None)
 
     async def _insert_pending(self, session: AsyncSession, request: RunRequested) -> bool:
+        if request.parent_run_id is not None:
+            await self._record_unclaimed_parent(session, request)
         message_ids = [m.message_id for m in request.messages]
         known: set[uuid.UUID] = set()
         if message_ids:
@@ -203,6 +210,33 @@ class RunStore:
             insert(AiAgentRun).values(**values).on_conflict_do_nothing().returning(AiAgentRun.id)
         )
         return inserted is not None
+
+    async def _record_unclaimed_parent(self, session: AsyncSession, request: RunRequested) -> None:
+        """A recovered attempt whose parent never got a row (lost before any runner claimed it, or its
+        lease expired while partitions moved): record the parent as lost, so the lineage holds (the
+        foreign key) and a late delivery of the parent finds its id taken and is skipped."""
+        assert request.parent_run_id is not None
+        await session.execute(
+            insert(AiAgentRun)
+            .values(
+                id=request.parent_run_id,
+                org_id=request.org_id,
+                agent_id=request.agent_id,
+                agent_version_id=request.version_id,
+                conversation_id=request.conversation_id,
+                status=RunStatus.FAILED.value,
+                vitality="dead",
+                error_family="processLost",
+                error_code="process_lost",
+                error_message="lost before any runner took it; a new attempt took over",
+                # Its own wake reason is unknown here: recovery for a retry, else the column default.
+                **({"wake_reason": request.wake_reason.value} if request.attempt > 2 else {}),
+                attempt=max(1, request.attempt - 1),
+                is_dry_run=request.dry_run,
+                completed_at=datetime.now(UTC),
+            )
+            .on_conflict_do_nothing()
+        )
 
     async def _active_run(
         self, session: AsyncSession, request: RunRequested
@@ -264,7 +298,8 @@ class RunStore:
         config = _version_config(version)
         recent: tuple[HistoryItem, ...] = ()
         if info is not None and config.history_message_window > 0:
-            limit = config.history_message_window + len(request.messages)
+            # One more than needed: the context knows whether older messages exist beyond the window.
+            limit = config.history_message_window + len(request.messages) + 1
             rows = (
                 await session.execute(
                     select(Message.id, Message.direction, Message.body, Message.occurred_at)
@@ -338,17 +373,27 @@ class RunStore:
         return Started(resolved)
 
     async def append_trace(
-        self, request: RunRequested, entries: Sequence[dict[str, Any]], *, steps: int, usage: TokenUsage, cost: int
+        self,
+        request: RunRequested,
+        entries: Sequence[dict[str, Any]],
+        *,
+        steps: int,
+        usage: TokenUsage,
+        cost: int,
+        prompt: dict[str, Any] | None = None,
     ) -> None:
+        """``prompt``: the composed prompt (issue 6), written with the first append — no extra transaction."""
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             await session.execute(
                 text(
                     "UPDATE ai_agent_runs SET tool_calls = tool_calls || CAST(:entries AS jsonb),"
                     " steps_count = :steps, tokens_in = :tin, tokens_out = :tout, cost_micros = :cost,"
+                    " prompt = coalesce(CAST(:prompt AS jsonb), prompt),"
                     " heartbeat_at = now(), updated_at = now()"
                     " WHERE org_id = :org AND id = :run"
                 ),
                 {
+                    "prompt": None if prompt is None else json.dumps(prompt, ensure_ascii=False),
                     "entries": json.dumps(list(entries), default=str, ensure_ascii=False),
                     "steps": steps,
                     "tin": usage.all_input,
@@ -359,8 +404,12 @@ class RunStore:
                 },
             )
 
-    async def finish(self, subject: RunSubject, finish: Finish) -> None:
-        """The terminal transaction: row, usage counters, credential state, outbox events."""
+    async def finish(self, subject: RunSubject, finish: Finish) -> bool:
+        """The terminal transaction: row, usage counters, credential state, outbox events.
+
+        False, and nothing but the usage written, if the row was no longer active: a newer
+        attempt closed it as lost (the dispatcher gave up on this run), so announcing it
+        now would answer the customer twice."""
         request = subject.request
         outcome, cls = finish.outcome, finish.classification
         failure = outcome.failure or (outcome.handoff.failure if outcome.handoff else None)
@@ -379,9 +428,13 @@ class RunStore:
                         "run": request.run_id,
                     },
                 )
-            await session.execute(
+            closed = await session.scalar(
                 update(AiAgentRun)
-                .where(AiAgentRun.org_id == request.org_id, AiAgentRun.id == request.run_id)
+                .where(
+                    AiAgentRun.org_id == request.org_id,
+                    AiAgentRun.id == request.run_id,
+                    AiAgentRun.status.in_(_ACTIVE),
+                )
                 .values(
                     status=cls.status.value,
                     vitality=cls.vitality.value,
@@ -400,10 +453,16 @@ class RunStore:
                     summary=outcome.summary,
                     would_send_to=finish.would_send_to.model_dump(mode="json") if finish.would_send_to else None,
                     actions_executed=[a.model_dump(mode="json") for a in finish.actions_executed],
+                    actions_proposed=[a.model_dump(mode="json") for a in finish.actions_proposed],
                     started_at=finish.started_at,
                     completed_at=finish.completed_at,
+                    **_with_steered(request, finish.steered_message_ids),
                 )
+                .returning(AiAgentRun.id)
             )
+            if closed is None:
+                await session.run_sync(_add_usage, request, usage, outcome.cost_micros, finish.completed_at)
+                return False
             if finish.invalid_credential_id is not None:
                 await session.execute(
                     update(AiProviderCredential)
@@ -445,10 +504,11 @@ class RunStore:
             # Last: the org's and agent's monthly rows are shared by every run of the org, so their
             # row locks are held only from here to the commit.
             await session.run_sync(_add_usage, request, usage, outcome.cost_micros, finish.completed_at)
+        return True
 
-    async def hand_back(self, subject: RunSubject, finish: Finish) -> None:
-        """Shutdown: close the row as lost and count its usage, but emit no ``run_completed``,
-        so the dispatcher's lease expires and it re-dispatches the messages (attempt + 1)."""
+    async def hand_back(self, subject: RunSubject, finish: Finish, *, error_code: str = "runner_shutdown") -> None:
+        """Shutdown (or a newer attempt of the run arrived): close the row as lost and count its usage,
+        but emit no ``run_completed``, so the dispatcher's lease (or the newer attempt) takes over."""
         request = subject.request
         outcome, cls = finish.outcome, finish.classification
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
@@ -466,13 +526,17 @@ class RunStore:
                 )
             await session.execute(
                 update(AiAgentRun)
-                .where(AiAgentRun.org_id == request.org_id, AiAgentRun.id == request.run_id)
+                .where(
+                    AiAgentRun.org_id == request.org_id,
+                    AiAgentRun.id == request.run_id,
+                    AiAgentRun.status.in_(_ACTIVE),
+                )
                 .values(
                     status=cls.status.value,
                     vitality=cls.vitality.value,
                     error_family=cls.error_family.value if cls.error_family else None,
-                    error_code="runner_shutdown",
-                    error_message="the runner stopped before the run finished; handed back for recovery",
+                    error_code=error_code,
+                    error_message="the run stopped before it finished; handed back for recovery",
                     tokens_in=outcome.usage.all_input,
                     tokens_out=outcome.usage.output_tokens,
                     cost_micros=outcome.cost_micros,
@@ -532,6 +596,17 @@ class RunStore:
         )
 
 
+def _with_steered(request: RunRequested, steered: Sequence[uuid.UUID]) -> dict[str, Any]:
+    """The row's ``inbound_message_ids`` plus the steered messages the run answered (never one of
+    its own messages: those were recorded at the claim)."""
+    own = {m.message_id for m in request.messages}
+    added = [m for m in dict.fromkeys(steered) if m not in own]
+    if not added:
+        return {}
+    uuids = ARRAY(PG_UUID(as_uuid=True))
+    return {"inbound_message_ids": func.array_cat(AiAgentRun.inbound_message_ids, cast(array(added), uuids))}
+
+
 def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
@@ -557,7 +632,7 @@ def run_completed(subject: RunSubject, finish: Finish) -> RunCompleted:
         attempt=request.attempt,
         parent_run_id=request.parent_run_id,
         wake_reason=request.wake_reason,
-        message_ids=tuple(m.message_id for m in request.messages),
+        message_ids=tuple(dict.fromkeys((*(m.message_id for m in request.messages), *finish.steered_message_ids))),
         dispatch_ids=request.dispatch_ids,
         status=cls.status,
         vitality=cls.vitality,
@@ -579,6 +654,7 @@ def run_completed(subject: RunSubject, finish: Finish) -> RunCompleted:
         steps=outcome.steps,
         tool_calls=outcome.tool_calls,
         actions_executed=finish.actions_executed,
+        actions_proposed=finish.actions_proposed,
         dry_run=request.dry_run,
         started_at=finish.started_at,
         completed_at=finish.completed_at,

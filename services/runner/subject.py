@@ -38,6 +38,12 @@ class VersionConfig:
     persona: str | None = None
     skills: tuple[str, ...] = ()
     channel_session_id: uuid.UUID | None = None
+    # The version's silence watchdog [002]; None: the process default (RUNNER_SILENCE_TIMEOUT_S).
+    silence_timeout_minutes: int | None = None
+
+    def silence_timeout_s(self, default_s: float) -> float:
+        """The version's silence timeout wins over the process default."""
+        return default_s if self.silence_timeout_minutes is None else self.silence_timeout_minutes * 60.0
 
     @property
     def callbacks_enabled(self) -> bool:

@@ -155,6 +155,26 @@ class AgentPauseReason(StrEnum):
 # Statuses that hold the conversation: at most one such non-dry run per conversation.
 ACTIVE_RUN_STATUSES: tuple[RunStatus, ...] = (RunStatus.PENDING, RunStatus.RUNNING)
 
+# A run parked until the owner decides on the write it proposed (docs/autonomy.md). Database only:
+# ``run_completed`` announced it ``aborted`` / ``awaiting_approval``; it holds neither a runner
+# slot nor the conversation.
+AWAITING_APPROVAL = "awaiting_approval"
+
+
+class RunRowStatus(StrEnum):
+    """A run row's status as the API shows and filters it: the contract's statuses plus the parked one."""
+
+    PENDING = RunStatus.PENDING.value
+    RUNNING = RunStatus.RUNNING.value
+    COMPLETED = RunStatus.COMPLETED.value
+    FAILED = RunStatus.FAILED.value
+    ABORTED = RunStatus.ABORTED.value
+    HANDOFF = RunStatus.HANDOFF.value
+    AWAITING_APPROVAL = AWAITING_APPROVAL
+
+
+RUN_ROW_STATUSES: tuple[str, ...] = tuple(s.value for s in RunRowStatus)
+
 
 class AutonomyMode(StrEnum):
     OFF = "off"

@@ -196,6 +196,13 @@ class VersionConfig(_Strict):
     cost_budget_cents: int = Field(default=50, ge=1, le=10_000)
     history_message_window: int = Field(default=20, ge=0, le=500)
     history_token_window: int = Field(default=8_000, ge=0, le=1_000_000)
+    silence_timeout_minutes: int = Field(
+        default=15, ge=1, le=240, description="A run with no model output or tool result for this long is aborted."
+    )
+    pause_on_proposal: bool = Field(
+        default=False,
+        description="Under `propose` autonomy, park the run at its first proposed write until the owner decides.",
+    )
     handoff_keywords: list[Keyword] = Field(default_factory=lambda: list(DEFAULT_HANDOFF_KEYWORDS), max_length=50)
     handoff_tool_enabled: bool = True
     followup: FollowupIn = Field(default_factory=FollowupIn)
@@ -253,6 +260,8 @@ class VersionPatch(_Strict):
     cost_budget_cents: int | None = None
     history_message_window: int | None = None
     history_token_window: int | None = None
+    silence_timeout_minutes: int | None = None
+    pause_on_proposal: bool | None = None
     handoff_keywords: list[Keyword] | None = None
     handoff_tool_enabled: bool | None = None
     followup: FollowupPatch | None = None
@@ -333,6 +342,8 @@ class VersionView(BaseModel):
     cost_budget_cents: int
     history_message_window: int
     history_token_window: int
+    silence_timeout_minutes: int
+    pause_on_proposal: bool
     handoff_keywords: list[str]
     handoff_tool_enabled: bool
     followup: FollowupView

@@ -41,6 +41,7 @@ from switchboard.contracts import Serde
 from switchboard.contracts.enums import PublishedChange
 from switchboard.contracts.records import AgentPublished, AgentVersionSnapshot, FollowUpConfig, TriggerConfig
 from switchboard.contracts.topics import Topics
+from switchboard.db import agent_lifecycle
 from switchboard.db.audit import record_audit
 from switchboard.db.enums import (
     AgentKind,
@@ -144,6 +145,8 @@ def _config_dict(version: AiAgentVersion) -> dict[str, Any]:
         "cost_budget_cents": max(1, version.cost_budget_micros // MICROS_PER_CENT),
         "history_message_window": version.history_message_window,
         "history_token_window": version.history_token_window,
+        "silence_timeout_minutes": version.silence_timeout_minutes,
+        "pause_on_proposal": version.pause_on_proposal,
         "handoff_keywords": list(version.handoff_keywords),
         "handoff_tool_enabled": version.handoff_tool_enabled,
         "followup": _stored_followup(version.followup),
@@ -172,6 +175,8 @@ def version_view(version: AiAgentVersion) -> VersionView:
         cost_budget_cents=config["cost_budget_cents"],
         history_message_window=version.history_message_window,
         history_token_window=version.history_token_window,
+        silence_timeout_minutes=version.silence_timeout_minutes,
+        pause_on_proposal=version.pause_on_proposal,
         handoff_keywords=config["handoff_keywords"],
         handoff_tool_enabled=version.handoff_tool_enabled,
         followup=FollowupView.model_validate(config["followup"]),
@@ -295,6 +300,8 @@ def _columns(config: VersionConfig) -> dict[str, Any]:
         "cost_budget_micros": config.cost_budget_cents * MICROS_PER_CENT,
         "history_message_window": config.history_message_window,
         "history_token_window": config.history_token_window,
+        "silence_timeout_minutes": config.silence_timeout_minutes,
+        "pause_on_proposal": config.pause_on_proposal,
         "handoff_keywords": list(config.handoff_keywords),
         "handoff_tool_enabled": config.handoff_tool_enabled,
         "followup": config.followup.model_dump(mode="json"),
@@ -544,35 +551,17 @@ def pause_agent(
 ) -> AgentView:
     """Stop answering [004 §4.3: clear published_version_id]; publishing a version again resumes."""
     agent = _live_agent(session, org_id, agent_id)
-    previous = agent.published_version_id
-    if previous is None:
+    if agent.published_version_id is None:
         raise Conflict("The agent has no published version to pause", details={"reason": "not_published"})
-    now = repository.clock_now(session)
-    repository.supersede_published(session, org_id, agent.id, at=now)
-    agent.published_version_id = None
-    agent.paused_at = now
-    agent.pause_reason = AgentPauseReason.MANUAL.value
-    session.flush()
-    paused = repository.version(session, org_id, agent.id, previous)
-    record_audit(
-        session,
-        org_id=org_id,
-        action="ai_agent.paused",
-        actor_user_id=actor_user_id,
-        target_type="ai_agent",
-        target_id=agent.id,
-        request_id=request_id,
-        details={"version_id": previous, "reason": AgentPauseReason.MANUAL.value},
-    )
-    _emit(
+    agent_lifecycle.pause_agent(
         session,
         serde,
-        agent=agent,
-        change=PublishedChange.PAUSED,
-        version=paused,
-        previous_version_id=previous,
+        agent,
+        reason=AgentPauseReason.MANUAL,
+        audit_action="ai_agent.paused",
         actor_user_id=actor_user_id,
         request_id=request_id,
+        snapshot=snapshot,
     )
     return agent_view(session, org_id, agent)
 
@@ -641,6 +630,8 @@ def _copyable(version: AiAgentVersion) -> dict[str, Any]:
         "cost_budget_micros": version.cost_budget_micros,
         "history_message_window": version.history_message_window,
         "history_token_window": version.history_token_window,
+        "silence_timeout_minutes": version.silence_timeout_minutes,
+        "pause_on_proposal": version.pause_on_proposal,
         "handoff_keywords": list(version.handoff_keywords),
         "handoff_tool_enabled": version.handoff_tool_enabled,
         "followup": dict(version.followup),

@@ -1,4 +1,8 @@
-"""Standalone MCP tool server: ``python -m services.api.mcp`` (``MCP_HOST``, ``MCP_PORT``)."""
+"""Standalone MCP tool server: ``switchboard mcp`` or ``python -m services.api.mcp`` (``MCP_HOST``, ``MCP_PORT``).
+
+The API serves the same tool server at ``/internal/mcp`` unless ``API_MCP_ENABLED=false``;
+standalone it answers at the same path, for operators who scale it apart from the API.
+"""
 
 from __future__ import annotations
 
@@ -23,11 +27,10 @@ class McpSettings(ServiceSettings):
 
 async def _serve(settings: McpSettings) -> None:
     server = McpToolServer(database=settings.database, secret=RunTokenSettings().secret(settings.runtime))
-    config = uvicorn.Config(server.app, host=settings.host, port=settings.port, lifespan="on", log_config=None)
-    try:
-        await uvicorn.Server(config).serve()
-    finally:
-        await server.dispose()
+    config = uvicorn.Config(
+        server.standalone_app(), host=settings.host, port=settings.port, lifespan="on", log_config=None
+    )
+    await uvicorn.Server(config).serve()
 
 
 def main() -> None:

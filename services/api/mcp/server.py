@@ -13,14 +13,17 @@ tool (the version's tools, the handoff tool, follow-ups only with callbacks on).
 DNS-rebinding protection (a browser-facing concern) is off: callers are
 services presenting a bearer token.
 
-**Running it.** Standalone: ``python -m services.api.mcp`` (``MCP_PORT``,
-default 8100; the runner's ``RUNNER_MCP_URL`` points at ``http://host:port/mcp``).
-Inside the API process: mount ``McpToolServer.app`` and enter
-``McpToolServer.lifespan()`` in the app's lifespan (see docs/runner.md).
+**Running it.** Mounted in the API process by default (``API_MCP_ENABLED``):
+``services/api/app.py`` mounts ``McpToolServer.app`` at :data:`MCP_MOUNT` and
+enters ``McpToolServer.lifespan()`` in the app's lifespan, so the URL is
+``http://<api>/internal/mcp``. Standalone, for operators who scale it apart:
+``switchboard mcp`` / ``python -m services.api.mcp`` (``MCP_PORT``, default 8100)
+serves the same path, so ``RUNNER_MCP_URL`` only changes host and port.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -30,9 +33,12 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.applications import Starlette
 from starlette.responses import JSONResponse
+from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from services.api.mcp.memory_tools import FactScopeName, save_fact
 from services.api.mcp.tools import CrmTools, ToolFailure
 from switchboard.db.session import create_async_engine, create_async_sessionmaker
 from switchboard.observability.logging import get_logger
@@ -42,6 +48,7 @@ from switchboard.tool_catalog import (
     CANCEL_FOLLOWUP,
     CONVERSATION_HISTORY,
     LIST_FOLLOWUPS,
+    MEMORY_SAVE_FACT,
     REQUEST_HUMAN_HANDOFF,
     SCHEDULE_FOLLOWUP,
     SEARCH_CONTACTS,
@@ -51,6 +58,9 @@ from switchboard.tool_catalog import (
 log = get_logger(__name__)
 
 UrgencyLevel = Literal["low", "normal", "high", "urgent"]
+# Where the server is mounted, in the API and standalone alike: /internal/mcp. Never route
+# /internal from outside the cluster (docs/deploy.md).
+MCP_MOUNT = "/internal"
 
 
 def _bearer(headers: Any) -> str | None:
@@ -165,6 +175,12 @@ def build_server(tools: CrmTools, secret: bytes) -> MCPServer:
         """Cancel a scheduled follow-up of this conversation (ids from crm_list_followups)."""
         return await call(ctx, CANCEL_FOLLOWUP, lambda c: tools.cancel_followup(c, followup_id=followup_id))
 
+    @server.tool(name=MEMORY_SAVE_FACT, structured_output=False)
+    async def memory_save_fact(fact: str, ctx: Context, scope: FactScopeName = "contact") -> str:
+        """Remember one short, durable fact for future conversations: about this customer (scope
+        `contact`, e.g. a preference) or about the business (scope `org`). Not for chit-chat."""
+        return await call(ctx, MEMORY_SAVE_FACT, lambda c: save_fact(tools.sessions, c, fact=fact, scope=scope))
+
     return server
 
 
@@ -184,10 +200,34 @@ class McpToolServer:
 
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
-        """For embedding in another app's lifespan (a standalone server's lifespan does this itself)."""
-        async with self.mcp.session_manager.run():
+        """Runs the SDK's session manager (requests need its task group), then closes the pool.
+
+        The manager's anyio task group lives in a task of its own, because a task group must be
+        left by the task that entered it, while an app's lifespan may be entered and left by
+        different tasks (uvicorn does not, test fixtures and embedding apps may)."""
+        started, stop = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with self.mcp.session_manager.run():
+                started.set()
+                await stop.wait()
+
+        holder = asyncio.create_task(hold(), name="mcp-session-manager")
+        waiter = asyncio.create_task(started.wait())
+        try:
+            await asyncio.wait({holder, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if holder.done():
+                holder.result()  # it failed to start: raise its error here
             yield
-        await self.dispose()
+        finally:
+            waiter.cancel()
+            stop.set()
+            await asyncio.gather(holder, return_exceptions=True)
+            await self.dispose()
+
+    def standalone_app(self) -> Starlette:
+        """The server alone, at the same path as in the API (``/internal/mcp``), with its lifespan."""
+        return Starlette(routes=[Mount(MCP_MOUNT, app=self.app)], lifespan=lambda _: self.lifespan())
 
     async def dispose(self) -> None:
         await self._engine.dispose()

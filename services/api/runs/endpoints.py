@@ -14,7 +14,7 @@ from services.api.core.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor
 from services.api.core.responses import Envelope, Page
 from services.api.runs import service
 from services.api.runs.schemas import RunDetail, RunSummary
-from switchboard.db.enums import RunStatus
+from switchboard.db.enums import RunRowStatus
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
 
@@ -38,7 +38,7 @@ async def _page(
     cursor: str | None,
     limit: int,
     agent_id: uuid.UUID | None,
-    status: RunStatus | None,
+    status: RunRowStatus | None,
     conversation_id: uuid.UUID | None,
     created_from: datetime | None,
     created_to: datetime | None,
@@ -73,7 +73,7 @@ async def list_runs(
     cursor: Cursor = None,
     limit: Limit = DEFAULT_LIMIT,
     agent_id: uuid.UUID | None = None,
-    run_status: Annotated[RunStatus | None, Query(alias="status")] = None,
+    run_status: Annotated[RunRowStatus | None, Query(alias="status")] = None,
     conversation_id: uuid.UUID | None = None,
     created_from: From = None,
     created_to: To = None,
@@ -103,7 +103,7 @@ async def list_agent_runs(
     ctx: Manager,
     cursor: Cursor = None,
     limit: Limit = DEFAULT_LIMIT,
-    run_status: Annotated[RunStatus | None, Query(alias="status")] = None,
+    run_status: Annotated[RunRowStatus | None, Query(alias="status")] = None,
     conversation_id: uuid.UUID | None = None,
     created_from: From = None,
     created_to: To = None,

@@ -9,6 +9,7 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from switchboard.db.models.agents import AiAgent
+from switchboard.db.models.notifications import DeliveryKind, DeliveryState, RunDelivery
 from switchboard.db.models.runs import AiAgentRun
 
 
@@ -54,3 +55,17 @@ def agent_exists(session: Session, org_id: uuid.UUID, agent_id: uuid.UUID) -> bo
         session.scalars(select(AiAgent.id).where(AiAgent.org_id == org_id, AiAgent.id == agent_id)).one_or_none()
         is not None
     )
+
+
+def delivery_statuses(session: Session, org_id: uuid.UUID, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, DeliveryState]:
+    """The status of each run's reply delivery (written by the notifier); runs without one are absent."""
+    if not run_ids:
+        return {}
+    rows = session.execute(
+        select(RunDelivery.run_id, RunDelivery.status).where(
+            RunDelivery.org_id == org_id,
+            RunDelivery.run_id.in_(run_ids),
+            RunDelivery.kind == DeliveryKind.REPLY.value,
+        )
+    )
+    return {run_id: DeliveryState(status) for run_id, status in rows.all()}

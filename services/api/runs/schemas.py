@@ -12,11 +12,13 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from switchboard.db.enums import ErrorFamily, RunStatus, RunVitality, WakeReason
+from switchboard.db.enums import ErrorFamily, RunRowStatus, RunVitality, WakeReason
+from switchboard.db.models.notifications import DeliveryState
 
 MICROS_PER_USD = 1_000_000
 
@@ -26,15 +28,49 @@ def usd(micros: int) -> str:
     return str((Decimal(micros) / MICROS_PER_USD).quantize(Decimal("0.000001")))
 
 
-class RunStep(BaseModel):
-    """One step of a run's trace: a tool call with its arguments, result, timing and error."""
+class TraceKind(StrEnum):
+    """What a trace entry records."""
 
-    step: int | None
-    tool_name: str | None
+    MODEL = "model"  # one model call (with its retries)
+    TOOL = "tool"  # one tool call with its arguments and result
+    GUARD = "guard"  # a guard of the loop acted: budget stop, doom-loop nudge, watchdog, interrupt...
+
+
+class ModelCall(BaseModel):
+    """A ``model`` entry: what the model was asked for and answered, with its usage and cost."""
+
+    attempts: int | None = Field(description="Calls made, retries included.")
+    stop_reason: str | None
+    text: str | None = Field(description="The answer's text (clipped).")
+    tool_calls: list[str] = Field(description="Names of the tools the model asked for.")
+    max_output_tokens: int | None
+    tokens_in: int | None
+    tokens_out: int | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    cost_micro_usd: int | None
+
+
+class GuardAction(BaseModel):
+    """A ``guard`` entry: which guard acted and why."""
+
+    name: str = Field(description="e.g. budget_stop, doom_loop_nudge, silence_watchdog, interrupt.")
+    detail: str | None
+
+
+class RunStep(BaseModel):
+    """One entry of a run's trace, in order: a model call, a tool call, or a guard acting."""
+
+    step: int | None = Field(description="The loop step the entry belongs to (1-based).")
+    kind: TraceKind
+    tool_name: str | None = Field(description="`tool` entries: the tool called; null for `model` and `guard`.")
     tool_call_id: str | None
-    arguments: Any
-    result: Any
-    error: Any
+    arguments: Any = Field(description="`tool` entries: the arguments as the model sent them.")
+    result: Any = Field(description="`tool` entries: the result the model got.")
+    is_error: bool | None = Field(description="`tool` entries: the result is an error the model saw.")
+    error: Any = Field(description="What went wrong: a tool's error, or a failed model call's error code.")
+    model: ModelCall | None = Field(description="`model` entries only.")
+    guard: GuardAction | None = Field(description="`guard` entries only.")
     started_at: datetime | None
     ended_at: datetime | None
     duration_ms: int | None
@@ -47,7 +83,7 @@ class RunSummary(BaseModel):
     conversation_id: uuid.UUID | None
     contact_id: uuid.UUID | None
     channel_session_id: uuid.UUID | None
-    status: RunStatus
+    status: RunRowStatus
     # How the run really went; ``completed`` alone never means the reply was delivered [002].
     vitality: RunVitality | None
     error_family: ErrorFamily | None
@@ -65,6 +101,9 @@ class RunSummary(BaseModel):
     cost_usd: str
     latency_ms: int | None
     steps_count: int
+    # The reply's delivery (notifier): sending, sent, failed ("completed but not delivered"),
+    # unknown (interrupted mid-send, never re-sent); null when there was nothing to deliver.
+    delivery_status: DeliveryState | None = None
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
@@ -84,3 +123,5 @@ class RunDetail(RunSummary):
     heartbeat_at: datetime | None
     updated_at: datetime
     trace: list[RunStep]
+    # The composed prompt the model started from, pseudonymized as the model saw it (docs/agent-context.md).
+    prompt: dict[str, Any] | None = None

@@ -62,5 +62,6 @@ class WebhookResult(BaseModel):
     duplicate: bool = Field(description="This message was already ingested; nothing was stored or dispatched")
     reason: str | None = Field(
         default=None,
-        description="`duplicate`, `group`, `from_me`, `human_handoff`, `broadcast`, `session_status`, `event_ignored`",
+        description="`duplicate`, `group`, `from_me`, `human_handoff`, `broadcast`, `session_status`, `event_ignored`,"
+        " `slash_todo` (a /todo item was added instead of storing a message)",
     )

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from services.api.channels.service import open_sealed
 from services.api.core.errors import Unauthorized, ValidationFailed
-from services.api.webhooks import repository
+from services.api.webhooks import repository, slash
 from services.api.webhooks.schemas import (
     MESSAGE_EVENTS,
     SESSION_STATUS_EVENT,
@@ -205,6 +205,11 @@ def ingest_message(
         )
     if chat_id.endswith(_BROADCAST_SUFFIXES):
         return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="broadcast")
+    if not chat_id.endswith("@g.us"):
+        # /todo is handled here, before dispatch: never stored as a message nor sent to the agent.
+        handled = slash.handle_ingest_command(session, route=route, chat_id=chat_id, text=message.body)
+        if handled is not None:
+            return handled
 
     org_id, channel_session_id = route.org_id, route.channel_session_id
     is_group = chat_id.endswith("@g.us")

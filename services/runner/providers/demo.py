@@ -3,18 +3,26 @@
 It exists so the demo and users without a provider key can watch the whole
 pipeline work (dispatch, run, tools, trace, reply). Every reply it writes says
 plainly that it comes from the rule-based demo model, so nobody mistakes it
-for an AI answer. Rules, in order:
+for an AI answer. Rules, in order, on the last customer message:
 
-1. the conversation history tool is granted and not used yet: call it once;
-2. otherwise answer with a fixed text chosen by keywords of the last customer
-   message (greeting, price, hours, anything else), mentioning what the tool
-   returned when it was called.
+1. it asks about the customer's history or orders ("do you have my order
+   history?", "meus pedidos", "histórico") and the conversation history tool is
+   granted and not used yet in this run: call it once;
+2. it asks who the customer is / about their contact record ("meu cadastro",
+   "my contact") and the contact search tool is granted and not used yet: call
+   it once, searching by the customer's name or number as the model was told it;
+3. otherwise answer with a fixed text chosen by keywords (orders, price, hours,
+   greeting, anything else), saying what the tool returned when one was called.
 
-It reports zero tokens: nothing was consumed, and the catalog prices it at 0.
+A plain question therefore gets a one-step plain answer and a history question a
+two-step run with a tool call — both fully predictable, which the demo's
+expectations and the tests rely on. It reports zero tokens: nothing was consumed,
+and the catalog prices it at 0.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 
@@ -29,11 +37,29 @@ from services.runner.providers.base import (
     ToolResults,
     UserMessage,
 )
-from switchboard.tool_catalog import CONVERSATION_HISTORY
+from switchboard.tool_catalog import CONVERSATION_HISTORY, SEARCH_CONTACTS
 
 LABEL = "[Demo model — automatic rule-based reply, not an AI]"
+# The first system layer of a thread-summary request (services/runner/summary.py): the demo answers
+# it with a deterministic, labeled summary instead of a reply.
+SUMMARY_TASK = "Summarization task"
+SUMMARY_LABEL = "[Demo model — automatic rule-based summary, not an AI]"
+
+HISTORY_KEYWORDS: tuple[str, ...] = (
+    "historico",
+    "history",
+    "pedido",
+    "pedidos",
+    "order",
+    "orders",
+    "compra",
+    "compras",
+    "encomenda",
+)
+CONTACT_KEYWORDS: tuple[str, ...] = ("cadastro", "meus dados", "contact", "my details", "who am i")
 
 _RULES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (HISTORY_KEYWORDS, "About your orders: a person from our team will confirm the details with you shortly."),
     (
         ("preco", "quanto custa", "valor", "price", "cost"),
         "Thanks for asking about prices! A person from our team will send you the current price list shortly.",
@@ -51,6 +77,11 @@ def _fold(text: str) -> str:
     return " ".join(re.sub(r"[^\w]+", " ", plain).split())
 
 
+def _mentions(words: str, keys: tuple[str, ...]) -> bool:
+    """Whole-word (or whole-phrase) match on folded text padded with spaces."""
+    return any(f" {k} " in words for k in keys)
+
+
 def _last_customer_text(request: ModelRequest) -> str:
     for message in reversed(request.messages):
         if isinstance(message, UserMessage):
@@ -58,27 +89,73 @@ def _last_customer_text(request: ModelRequest) -> str:
     return ""
 
 
-def _used_history(request: ModelRequest) -> ToolResults | None:
-    for message in request.messages:
-        if isinstance(message, ToolResults) and any(r.name == CONVERSATION_HISTORY for r in message.results):
-            return message
-    return None
+def _results_of(request: ModelRequest, tool: str) -> list[str]:
+    """The contents this run's earlier calls of ``tool`` returned (empty: not called yet)."""
+    return [
+        result.content
+        for message in request.messages
+        if isinstance(message, ToolResults)
+        for result in message.results
+        if result.name == tool
+    ]
+
+
+def _count(content: str, key: str) -> int | None:
+    """How many items a tool result lists under ``key`` (None when it is not that JSON shape)."""
+    try:
+        items = json.loads(content).get(key)
+    except (ValueError, AttributeError):
+        return None
+    return len(items) if isinstance(items, list) else None
+
+
+def _tool_call(name: str, arguments: dict[str, object]) -> ModelResponse:
+    call = ToolCallRequest.parse(f"demo_{name}", name, arguments)
+    return ModelResponse(text="", tool_calls=(call,), usage=TokenUsage(), stop_reason=StopReason.TOOL_USE)
+
+
+def _search_query(text: str) -> str:
+    """The customer's number if the message has one, else a fixed term (the search needs a non-empty query)."""
+    digits = re.findall(r"\d{6,}", text)
+    return digits[0] if digits else "@c.us"
+
+
+def demo_summary(request: ModelRequest) -> ModelResponse:
+    """A deterministic summary: how many messages, from whom, and the customer's latest lines."""
+    lines = _last_customer_text(request).splitlines()
+    customer = [line.removeprefix("Customer: ") for line in lines if line.startswith("Customer: ")]
+    agent = sum(1 for line in lines if line.startswith("Agent: "))
+    quoted = "; ".join(f'"{c[:80]}"' for c in customer[-3:]) or "nothing"
+    continues = any(layer.label == "Previous summary" for layer in request.system)
+    earlier = " (continues an earlier summary)" if continues else ""
+    text = (
+        f"{SUMMARY_LABEL} {len(customer) + agent} earlier message(s) summarized{earlier}: "
+        f"{len(customer)} from the customer, {agent} from the agent. The customer's latest lines: {quoted}."
+    )
+    return ModelResponse(text=text, tool_calls=(), usage=TokenUsage(), stop_reason=StopReason.END_TURN)
 
 
 def demo_reply(request: ModelRequest) -> ModelResponse:
     """The deterministic answer to ``request`` (a pure function: unit-tested as such)."""
+    if request.system and request.system[0].label == SUMMARY_TASK:
+        return demo_summary(request)
     granted = {t.name for t in request.tools}
-    history = _used_history(request)
-    if CONVERSATION_HISTORY in granted and history is None:
-        call = ToolCallRequest.parse("demo_call_1", CONVERSATION_HISTORY, {"limit": 5})
-        return ModelResponse(text="", tool_calls=(call,), usage=TokenUsage(), stop_reason=StopReason.TOOL_USE)
-    words = f" {_fold(_last_customer_text(request))} "
-    answer = next(
-        (reply for keys, reply in _RULES if any(f" {k} " in words for k in keys)),
-        _FALLBACK,
-    )
-    if history is not None:
-        answer += " (I looked at the recent messages of this conversation first.)"
+    text = _last_customer_text(request)
+    words = f" {_fold(text)} "
+    history = _results_of(request, CONVERSATION_HISTORY)
+    contacts = _results_of(request, SEARCH_CONTACTS)
+    if _mentions(words, HISTORY_KEYWORDS) and CONVERSATION_HISTORY in granted and not history:
+        return _tool_call(CONVERSATION_HISTORY, {"limit": 5})
+    if _mentions(words, CONTACT_KEYWORDS) and SEARCH_CONTACTS in granted and not contacts:
+        return _tool_call(SEARCH_CONTACTS, {"query": _search_query(text), "limit": 3})
+    answer = next((reply for keys, reply in _RULES if _mentions(words, keys)), _FALLBACK)
+    if history:
+        found = _count(history[-1], "messages")
+        seen = "the recent messages" if found is None else f"{found} recent message{'' if found == 1 else 's'}"
+        answer += f" (I looked at {seen} of this conversation first.)"
+    if contacts:
+        found = _count(contacts[-1], "contacts")
+        answer += f" (Contact search: {found if found is not None else 'some'} match(es).)"
     return ModelResponse(text=f"{LABEL} {answer}", tool_calls=(), usage=TokenUsage(), stop_reason=StopReason.END_TURN)
 
 

@@ -13,10 +13,13 @@ from switchboard.db.models.autonomy import (
     WorkspaceInsight,
     WorkspaceTokenUsage,
 )
+from switchboard.db.models.brief import BriefFact, WorkspaceTodo
 from switchboard.db.models.budgets import BudgetIncident, BudgetPolicy
 from switchboard.db.models.channels import ChannelSession, Contact, Conversation, Message
 from switchboard.db.models.followups import ScheduledFollowup
 from switchboard.db.models.limits import DispatchRateWindow
+from switchboard.db.models.memory import ConversationSummary, MemoryFact
+from switchboard.db.models.notifications import OrgNotification, OrgWebhook, RunDelivery
 from switchboard.db.models.outbox import OutboxEvent
 from switchboard.db.models.runs import ONE_ACTIVE_RUN_INDEX, AiAgentRun, DispatchDecision
 from switchboard.db.models.tenancy import ApiToken, Membership, Organization, User
@@ -33,22 +36,29 @@ __all__ = [
     "ApiToken",
     "AuditLogEntry",
     "Base",
+    "BriefFact",
     "BudgetIncident",
     "BudgetPolicy",
     "ChannelSession",
     "Contact",
     "Conversation",
+    "ConversationSummary",
     "DispatchDecision",
     "DispatchRateWindow",
     "Membership",
+    "MemoryFact",
     "Message",
+    "OrgNotification",
+    "OrgWebhook",
     "Organization",
     "OutboxEvent",
+    "RunDelivery",
     "ScheduledFollowup",
     "User",
     "WorkspaceAutonomy",
     "WorkspaceDailyBrief",
     "WorkspaceHomePrefs",
     "WorkspaceInsight",
+    "WorkspaceTodo",
     "WorkspaceTokenUsage",
 ]

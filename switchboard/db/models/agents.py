@@ -117,6 +117,7 @@ class AiAgentVersion(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         CheckConstraint("cost_budget_micros BETWEEN 10000 AND 100000000", name="cost_budget_range"),
         CheckConstraint("history_message_window BETWEEN 0 AND 500", name="history_message_window_range"),
         CheckConstraint("history_token_window BETWEEN 0 AND 1000000", name="history_token_window_range"),
+        CheckConstraint("silence_timeout_minutes BETWEEN 1 AND 240", name="silence_timeout_minutes_range"),
         CheckConstraint("jsonb_typeof(trigger_config) = 'object'", name="trigger_config_object"),
         CheckConstraint("jsonb_typeof(followup) = 'object'", name="followup_object"),
         CheckConstraint("status <> 'published' OR published_at IS NOT NULL", name="published_has_timestamp"),
@@ -156,6 +157,10 @@ class AiAgentVersion(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     cost_budget_micros: Mapped[int] = mapped_column(BigInteger, server_default=text("500000"))
     history_message_window: Mapped[int] = mapped_column(Integer, server_default=text("20"))
     history_token_window: Mapped[int] = mapped_column(Integer, server_default=text("8000"))
+    # Silence watchdog of a run [002]: no model output or tool result for this long aborts it.
+    silence_timeout_minutes: Mapped[int] = mapped_column(Integer, server_default=text("15"))
+    # A proposed write parks the run until the owner decides (docs/autonomy.md, migration 0013).
+    pause_on_proposal: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
     handoff_keywords: Mapped[list[str]] = mapped_column(server_default=text(DEFAULT_HANDOFF_KEYWORDS_SQL))
     handoff_tool_enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))

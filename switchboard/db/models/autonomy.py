@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Date,
     ForeignKey,
@@ -131,6 +132,8 @@ class WorkspaceAutonomy(OrgScoped, Base):
     org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"), primary_key=True)
     area: Mapped[str] = mapped_column(primary_key=True)
     mode: Mapped[str] = mapped_column(server_default=text("'propose'"))
+    # The per-area kill switch (migration 0013): forces the area off and keeps ``mode`` for later.
+    kill_switch: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     updated_by: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(server_default=text("now()"))
     updated_at: Mapped[datetime] = mapped_column(server_default=text("now()"), onupdate=text("now()"))

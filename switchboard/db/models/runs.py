@@ -30,10 +30,10 @@ from switchboard.db.base import (
 )
 from switchboard.db.enums import (
     ACTIVE_RUN_STATUSES,
+    RUN_ROW_STATUSES,
     DispatchOutcome,
     ErrorFamily,
     LlmProvider,
-    RunStatus,
     RunVitality,
     WakeReason,
 )
@@ -51,7 +51,7 @@ class AiAgentRun(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
 
     __tablename__ = "ai_agent_runs"
     __table_args__ = (
-        check_in("status", RunStatus),
+        check_in("status", RUN_ROW_STATUSES),
         check_in("vitality", RunVitality),
         check_in("error_family", ErrorFamily),
         check_in("wake_reason", WakeReason),
@@ -124,6 +124,8 @@ class AiAgentRun(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     # The trace: [{step, tool_name, args, result, started_at, ended_at, error?}], persisted as it goes.
     tool_calls: Mapped[list[Any]] = mapped_column(server_default=text("'[]'::jsonb"))
     final_text: Mapped[str | None]
+    # The composed prompt the model started from, pseudonymized (migration 0012, docs/agent-context.md).
+    prompt: Mapped[dict[str, Any] | None]
     # A summary finalization must not overwrite with the model's last chatter [002].
     summary: Mapped[str | None]
     # Where the reply would go ({session, chat_id}); shown by dry runs, which never send.

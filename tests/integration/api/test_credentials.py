@@ -38,10 +38,11 @@ from switchboard.credentials import (
     credential_aad,
     open_credential,
 )
-from switchboard.crypto import DEV_KEY_ID, KeyRing
+from switchboard.crypto import DEV_KEY_ID, KeyRing, Sealed
 from switchboard.db.enums import Role
 from switchboard.db.models.agents import AiAgent, AiAgentVersion, AiProviderCredential
 from switchboard.db.models.channels import ChannelSession
+from switchboard.db.models.notifications import OrgWebhook, org_webhook_aad
 from switchboard.db.models.tenancy import User
 from switchboard.db.session import create_engine, tenant_transaction
 from switchboard.observability.logging import JsonFormatter
@@ -593,6 +594,22 @@ def _seal_channel_session(stack: StackEndpoints, org_id: uuid.UUID, keyring: Key
         engine.dispose()
 
 
+def _seal_org_webhook(stack: StackEndpoints, org_id: uuid.UUID, keyring: KeyRing) -> uuid.UUID:
+    """The org's outgoing webhook with its signing secret sealed as the org-webhook domain seals it."""
+    engine = create_engine(stack.database_url, pool_size=1)
+    try:
+        with Session(engine) as session, tenant_transaction(session, org_id):
+            row = OrgWebhook(org_id=org_id, url="https://hooks.example.com/switchboard")
+            row.id = uuid.uuid4()
+            sealed = keyring.seal(b"whsec_rotation", aad=org_webhook_aad(org_id, row.id))
+            row.secret_ciphertext, row.secret_iv = sealed.ciphertext, sealed.iv
+            row.secret_tag, row.secret_key_id = sealed.tag, sealed.key_id
+            session.add(row)
+            return row.id
+    finally:
+        engine.dispose()
+
+
 async def _enroll_totp(client: httpx.AsyncClient, email: str, password: str) -> bytes:
     login = await client.post("/api/v1/auth/login", json={"email": email, "password": password})
     auth = {"Authorization": f"Bearer {login.json()['data']['token']}"}
@@ -617,6 +634,7 @@ async def test_rotation_reencrypts_under_the_new_key_while_reads_keep_working(
     credential_ids = [(await _create(client, org)).json()["data"]["id"] for _ in range(3)]
     totp_secret = await _enroll_totp(client, email, password)
     channel_id = _seal_channel_session(stack, org.org_id, old_ring)
+    webhook_id = _seal_org_webhook(stack, org.org_id, old_ring)
 
     new_key = os.urandom(32)
     new_id = f"k-{uuid.uuid4().hex[:8]}"
@@ -638,6 +656,7 @@ async def test_rotation_reencrypts_under_the_new_key_while_reads_keep_working(
         counts = report.as_dict()["fields"]
         assert counts["ai_provider_credentials"] == {"examined": 3, "rotated": 3, "failed": 0, "remaining": 0}
         assert counts["users.mfa_totp"]["rotated"] == 1 and counts["channel_sessions.webhook_secret"]["rotated"] == 1
+        assert counts["org_webhooks.secret"]["rotated"] == 1
         assert report.remaining == 0 and report.failed == 0
         again = rotate_encryption_keys(engine, ring, **scope)  # type: ignore[arg-type]
         assert all(f.examined == 0 for f in again.fields.values())  # idempotent
@@ -653,6 +672,10 @@ async def test_rotation_reencrypts_under_the_new_key_while_reads_keep_working(
             assert open_webhook_secret(only_new, channel) == b"sbwh_rotation-secret"
             user = session.get(User, org.admin_user_id)
             assert user is not None and user.mfa_totp_key_id == new_id
+            hook = session.get(OrgWebhook, webhook_id)
+            assert hook is not None and hook.secret_key_id == new_id
+            hook_sealed = Sealed(hook.secret_ciphertext, hook.secret_iv, hook.secret_tag, hook.secret_key_id)
+            assert only_new.open(hook_sealed, aad=org_webhook_aad(org.org_id, webhook_id)) == b"whsec_rotation"
             # ...and without it, nothing does.
             with pytest.raises(CredentialUnavailable) as old_only:
                 open_credential(session, old_ring, org.org_id, uuid.UUID(credential_ids[0]))

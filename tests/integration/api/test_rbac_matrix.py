@@ -65,6 +65,26 @@ POLICY: dict[tuple[str, str], Need] = {
     ("PATCH", "/api/v1/channel-sessions/{session_id}"): "admin_mfa",
     ("POST", "/api/v1/channel-sessions/{session_id}:rotate-secret"): "admin_mfa",
     ("GET", "/api/v1/audit"): "manager",
+    ("GET", "/api/v1/conversations/{conversation_id}"): "manager",
+    ("POST", "/api/v1/conversations/{conversation_id}:handback"): "manager",
+    ("POST", "/api/v1/conversations/{conversation_id}:wake"): "manager",
+    ("GET", "/api/v1/org-webhook"): "manager",
+    ("PUT", "/api/v1/org-webhook"): "admin_mfa",
+    ("DELETE", "/api/v1/org-webhook"): "admin_mfa",
+    ("GET", "/api/v1/home/daily-brief"): "viewer",
+    ("POST", "/api/v1/home/todos"): "manager",
+    ("POST", "/api/v1/home/todos/{todo_id}:done"): "manager",
+    ("GET", "/api/v1/usage"): "viewer",
+    ("GET", "/api/v1/budget-incidents"): "viewer",
+    # Autonomy (docs/autonomy.md).
+    ("GET", "/api/v1/autonomy"): "viewer",
+    ("PUT", "/api/v1/autonomy/areas/{area}"): "admin_mfa",
+    ("PUT", "/api/v1/autonomy/kill-switch"): "admin_mfa",
+    ("POST", "/api/v1/autonomy/{area}/promotions/{action_type}:accept"): "admin_mfa",
+    ("POST", "/api/v1/autonomy/{area}/promotions/{action_type}:dismiss"): "manager",
+    ("GET", "/api/v1/decisions"): "viewer",
+    ("POST", "/api/v1/decisions/{action_id}:approve"): "manager",
+    ("POST", "/api/v1/decisions/{action_id}:reject"): "manager",
 }
 
 CALLERS: dict[str, tuple[Role, bool]] = {

@@ -51,6 +51,9 @@ from switchboard.db.models import (
     WorkspaceInsight,
     WorkspaceTokenUsage,
 )
+from switchboard.db.models.brief import BriefFact, WorkspaceTodo
+from switchboard.db.models.memory import ConversationSummary, MemoryFact
+from switchboard.db.models.notifications import OrgNotification, OrgWebhook, RunDelivery
 
 Builder = Callable[[Session, uuid.UUID], Base]
 T = TypeVar("T", bound=Base)
@@ -268,6 +271,82 @@ def build_audit_log(session: Session, org_id: uuid.UUID) -> AuditLogEntry:
     )
 
 
+def build_run_deliveries(session: Session, org_id: uuid.UUID) -> RunDelivery:
+    run = _saved(session, build_ai_agent_runs(session, org_id))
+    assert run.conversation_id is not None and run.channel_session_id is not None
+    message = create_message(
+        session,
+        org_id,
+        conversation_id=run.conversation_id,
+        channel_session_id=run.channel_session_id,
+        direction="outbound",
+        sender="agent",
+        external_id=None,
+        delivery_status="pending",
+        run_id=run.id,
+    )
+    return RunDelivery(org_id=org_id, run_id=run.id, message_id=message.id, kind="reply", channel="waha")
+
+
+def build_org_webhooks(session: Session, org_id: uuid.UUID) -> OrgWebhook:
+    return OrgWebhook(
+        org_id=org_id,
+        url="https://hooks.example.com/switchboard",
+        secret_ciphertext=os.urandom(48),
+        secret_iv=os.urandom(12),
+        secret_tag=os.urandom(16),
+        secret_key_id="k1",
+    )
+
+
+def build_org_notifications(session: Session, org_id: uuid.UUID) -> OrgNotification:
+    return OrgNotification(
+        org_id=org_id, dedupe_key=f"handoff:{uuid.uuid4()}", event_type="conversation.handoff", event_id=uuid.uuid4()
+    )
+
+
+def build_brief_facts(session: Session, org_id: uuid.UUID) -> BriefFact:
+    return BriefFact(
+        org_id=org_id,
+        kind="run",
+        fact_key=str(uuid.uuid4()),
+        day=date(2026, 1, 2),
+        occurred_at=datetime.now(UTC),
+        payload={"cost_micros": 1200, "replied": True},
+    )
+
+
+def build_workspace_todos(session: Session, org_id: uuid.UUID) -> WorkspaceTodo:
+    conversation = create_conversation(session, org_id)
+    return WorkspaceTodo(org_id=org_id, text="Call the supplier", source="api", conversation_id=conversation.id)
+
+
+def build_conversation_summaries(session: Session, org_id: uuid.UUID) -> ConversationSummary:
+    conversation = create_conversation(session, org_id)
+    return ConversationSummary(
+        org_id=org_id,
+        conversation_id=conversation.id,
+        summary="The customer asked for the price list twice.",
+        through_occurred_at=datetime.now(UTC),
+        through_message_id=uuid.uuid4(),
+        messages_covered=40,
+        provider="demo",
+        model="demo",
+    )
+
+
+def build_memory_facts(session: Session, org_id: uuid.UUID) -> MemoryFact:
+    contact = _saved(session, build_contacts(session, org_id))
+    return MemoryFact(
+        org_id=org_id,
+        scope="contact",
+        contact_id=contact.id,
+        fact="Prefers deliveries on Saturday mornings",
+        fact_key=_hex(),
+        source="api",
+    )
+
+
 ROW_BUILDERS: dict[str, Builder] = {
     "organizations": build_organizations,
     "memberships": build_memberships,
@@ -292,6 +371,13 @@ ROW_BUILDERS: dict[str, Builder] = {
     "budget_incidents": build_budget_incidents,
     "scheduled_followups": build_scheduled_followups,
     "audit_log": build_audit_log,
+    "run_deliveries": build_run_deliveries,
+    "org_webhooks": build_org_webhooks,
+    "org_notifications": build_org_notifications,
+    "brief_facts": build_brief_facts,
+    "workspace_todos": build_workspace_todos,
+    "conversation_summaries": build_conversation_summaries,
+    "memory_facts": build_memory_facts,
 }
 
 

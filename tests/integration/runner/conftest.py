@@ -9,11 +9,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
+from services.api.app import create_app
+from services.api.settings import ApiSettings
 from switchboard.kafka import admin
-from switchboard.settings import KafkaSettings
+from switchboard.settings import DatabaseSettings, KafkaSettings
 from tests.integration.runner.harness import RunnerHarness, harness
+from tests.support.fake_llm import ServedApp
 from tests.support.stack import StackEndpoints
 
 pytestmark = pytest.mark.integration
@@ -35,3 +39,20 @@ async def module_kafka(stack: StackEndpoints) -> AsyncIterator[KafkaSettings]:
 async def rh(stack: StackEndpoints, migrated: None, module_kafka: KafkaSettings) -> AsyncIterator[RunnerHarness]:
     async with harness(stack.database_url, module_kafka) as h:
         yield h
+
+
+@pytest.fixture
+async def api(stack: StackEndpoints, module_kafka: KafkaSettings) -> AsyncIterator[httpx.AsyncClient]:
+    """The API app on this module's topics (no outbox relay: the tests read the outbox themselves)."""
+    settings = ApiSettings(
+        database=DatabaseSettings(url=stack.database_url, owner_url=stack.database_owner_url),
+        kafka=module_kafka,
+        outbox_relay=False,
+    )
+    # Served for real (uvicorn): httpx's in-process transport cannot stream a response.
+    served = await ServedApp(create_app(settings)).start()
+    try:
+        async with httpx.AsyncClient(base_url=served.url, timeout=60) as http:
+            yield http
+    finally:
+        await served.stop()

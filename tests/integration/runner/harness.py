@@ -7,17 +7,23 @@ create org/agent/version rows directly with SQLAlchemy, send ``run_requested``
 records to Kafka and read what the runner recorded: the run row and trace, the
 outbox rows (``run_started``, ``run_completed``, ``handoff_triggered``), the
 ``run_events`` topic.
+
+:class:`RunnerProcess` runs ``switchboard runner`` as a real subprocess instead (for
+the SIGKILL test), with the dispatcher harness's process handling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -51,12 +57,16 @@ from switchboard.db.models import (
     Message,
     Organization,
     OutboxEvent,
+    WorkspaceAutonomy,
 )
 from switchboard.db.session import create_engine, tenant_transaction
 from switchboard.kafka.producer import RecordProducer
-from switchboard.run_tokens import RunTokenSettings
+from switchboard.run_tokens import RunTokenClaims, RunTokenSettings, mint_run_token
 from switchboard.settings import DatabaseSettings, KafkaSettings
+from switchboard.tool_catalog import gated_area
+from tests.integration.dispatcher.harness import WorkerProcess
 from tests.support.fake_llm import FakeLLM, ServedApp
+from tests.support.stack import REPO_ROOT
 
 TERMINAL = {"completed", "failed", "aborted", "handoff"}
 
@@ -94,6 +104,7 @@ def create_agent(
     handoff_keywords: Sequence[str] | None = None,
     handoff_tool_enabled: bool = False,
     followup: dict[str, Any] | None = None,
+    silence_timeout_minutes: int = 15,
     system_prompt: str = "You are a helpful sales assistant.",
     contact_name: str = "Ana Souza",
     org_id: uuid.UUID | None = None,
@@ -159,6 +170,7 @@ def create_agent(
             cost_budget_micros=cost_budget_micros,
             handoff_tool_enabled=handoff_tool_enabled,
             followup=followup or {},
+            silence_timeout_minutes=silence_timeout_minutes,
             status="published",
             published_at=datetime.now(UTC),
         )
@@ -176,6 +188,13 @@ def create_agent(
             version_id=version.id,
             credential_id=credential_id,
         )
+
+
+def allow_auto(engine: Engine, agent: Agent, tool_id: str) -> None:
+    """Let the org's agents execute ``tool_id`` (autonomy ``auto`` for its area; the default ``propose``
+    only records the write for the owner's approval, docs/autonomy.md)."""
+    with Session(engine) as session, tenant_transaction(session, agent.org_id):
+        session.add(WorkspaceAutonomy(org_id=agent.org_id, area=gated_area(tool_id), mode="auto"))
 
 
 def inbound(engine: Engine, agent: Agent, body: str, *, direction: str = "inbound") -> InboundMessage:
@@ -227,6 +246,43 @@ def run_request(
         messages=tuple(messages),
         dry_run=dry_run,
     )
+
+
+def run_token(
+    agent: Agent,
+    tools: set[str],
+    *,
+    dry_run: bool = False,
+    secret: bytes | None = None,
+    rh: RunnerHarness | None = None,
+) -> str:
+    """A run token for ``agent``'s conversation granting ``tools``; with ``rh``, the run gets a row."""
+    run_id = uuid.uuid4()
+    if rh is not None:  # tools that write name their run (a foreign key): give it a row
+        with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+            session.add(
+                AiAgentRun(
+                    id=run_id,
+                    org_id=agent.org_id,
+                    agent_id=agent.agent_id,
+                    agent_version_id=agent.version_id,
+                    conversation_id=agent.conversation_id,
+                    status="running",
+                    is_dry_run=True,
+                )
+            )
+    claims = RunTokenClaims(
+        org_id=agent.org_id,
+        run_id=run_id,
+        agent_id=agent.agent_id,
+        conversation_id=agent.conversation_id,
+        contact_id=agent.contact_id,
+        channel_session_id=agent.channel_session_id,
+        tools=frozenset(tools),
+        dry_run=dry_run,
+        expires_at=int(time.time()) + 60,
+    )
+    return mint_run_token(secret or RunTokenSettings().secret(), claims)
 
 
 @dataclass
@@ -325,7 +381,9 @@ class RunnerHarness:
         assert self._producer is not None
         await self._producer.send(Topics.RUN_REQUESTED, request)
 
-    async def submit_steering(self, request: RunRequested, kind: SteeringKind, text: str) -> None:
+    async def submit_steering(
+        self, request: RunRequested, kind: SteeringKind, text: str, *, source: InboundMessage | None = None
+    ) -> None:
         assert self._producer is not None
         await self._producer.send(
             Topics.STEERING,
@@ -335,6 +393,7 @@ class RunnerHarness:
                 run_id=request.run_id,
                 kind=kind,
                 text=text,
+                source_message=source,
             ),
         )
 
@@ -452,3 +511,20 @@ async def harness(database_url: str, kafka: KafkaSettings, **overrides: Any) -> 
         yield h
     finally:
         await h.stop()
+
+
+class RunnerProcess(WorkerProcess):
+    """``switchboard runner`` in a subprocess on the test's topics and database (``RUNNER_*`` as keywords);
+    readiness, SIGKILL, SIGTERM and logs as for a dispatcher worker."""
+
+    def __init__(self, kafka: KafkaSettings, database_url: str, log_dir: Path, **env: str) -> None:
+        super().__init__(kafka, database_url, log_dir, **env)
+        self.log_path = log_dir / f"runner-{self.port}.log"
+        self._env["RUNNER_HEALTH_PORT"] = str(self.port)
+
+    def start(self) -> RunnerProcess:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "runner"], cwd=REPO_ROOT, env=self._env, stdout=log, stderr=log
+        )
+        return self

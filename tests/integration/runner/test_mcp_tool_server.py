@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -13,11 +11,11 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from sqlalchemy.orm import Session
 
-from switchboard.db.models import AiAgentRun
-from switchboard.db.session import tenant_transaction
-from switchboard.run_tokens import RunTokenClaims, RunTokenSettings, mint_run_token
+from services.api.mcp.server import McpToolServer
+from services.cli import build_parser
+from switchboard.run_tokens import RunTokenSettings
+from switchboard.settings import DatabaseSettings
 from switchboard.tool_catalog import (
     CANCEL_FOLLOWUP,
     CONVERSATION_HISTORY,
@@ -26,58 +24,40 @@ from switchboard.tool_catalog import (
     SEARCH_CONTACTS,
     TOOL_KINDS,
 )
-from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, inbound
+from tests.integration.runner.harness import RunnerHarness, create_agent, inbound, run_token
+from tests.support.fake_llm import ServedApp
 
 pytestmark = pytest.mark.integration
 
 
-def _token(
-    agent: Agent,
-    tools: set[str],
-    *,
-    dry_run: bool = False,
-    secret: bytes | None = None,
-    rh: RunnerHarness | None = None,
-) -> str:
-    run_id = uuid.uuid4()
-    if rh is not None:  # tools that write name their run (a foreign key): give it a row
-        with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
-            session.add(
-                AiAgentRun(
-                    id=run_id,
-                    org_id=agent.org_id,
-                    agent_id=agent.agent_id,
-                    agent_version_id=agent.version_id,
-                    conversation_id=agent.conversation_id,
-                    status="running",
-                    is_dry_run=True,
-                )
-            )
-    claims = RunTokenClaims(
-        org_id=agent.org_id,
-        run_id=run_id,
-        agent_id=agent.agent_id,
-        conversation_id=agent.conversation_id,
-        contact_id=agent.contact_id,
-        channel_session_id=agent.channel_session_id,
-        tools=frozenset(tools),
-        dry_run=dry_run,
-        expires_at=int(time.time()) + 60,
-    )
-    return mint_run_token(secret or RunTokenSettings().secret(), claims)
-
-
 @asynccontextmanager
-async def mcp(rh: RunnerHarness, token: str) -> AsyncIterator[Client]:
+async def mcp(rh: RunnerHarness, token: str, *, url: str | None = None) -> AsyncIterator[Client]:
     assert rh.mcp is not None
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
-    async with Client(streamable_http_client(f"{rh.mcp.url}/mcp", http_client=http)) as client:
+    async with Client(streamable_http_client(url or f"{rh.mcp.url}/mcp", http_client=http)) as client:
         yield client
+
+
+async def test_the_api_process_serves_the_tool_server_at_internal_mcp(
+    rh: RunnerHarness, api: httpx.AsyncClient
+) -> None:
+    api_url = str(api.base_url).rstrip("/")
+    agent = create_agent(rh.db, contact_name="Mounted Mara")
+    async with mcp(rh, run_token(agent, {SEARCH_CONTACTS}), url=f"{api_url}/internal/mcp") as client:
+        listed = {t.name for t in (await client.list_tools()).tools}
+        result = await client.call_tool(SEARCH_CONTACTS, {"query": "Mounted Mara"})
+    assert listed == set(TOOL_KINDS)
+    assert [c["name"] for c in json.loads(result.content[0].text)["contacts"]] == ["Mounted Mara"]  # type: ignore[union-attr]
+    refused = await api.post("/internal/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    schema = (await api.get("/openapi.json")).json()
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "run_token_missing"
+    # Internal: not part of the public API description.
+    assert not [path for path in schema["paths"] if path.startswith("/internal")]
 
 
 async def test_every_catalog_tool_is_served(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db)
-    async with mcp(rh, _token(agent, set())) as client:
+    async with mcp(rh, run_token(agent, set())) as client:
         listed = {t.name for t in (await client.list_tools()).tools}
     assert listed == set(TOOL_KINDS)
 
@@ -86,7 +66,7 @@ async def test_every_catalog_tool_is_served(rh: RunnerHarness) -> None:
 async def test_requests_without_a_valid_run_token_are_refused(rh: RunnerHarness, header: str | None) -> None:
     assert rh.mcp is not None
     if header == "Bearer forged":
-        header = f"Bearer {_token(create_agent(rh.db), {SEARCH_CONTACTS}, secret=b'not-the-secret')}"
+        header = f"Bearer {run_token(create_agent(rh.db), {SEARCH_CONTACTS}, secret=b'not-the-secret')}"
     async with httpx.AsyncClient() as http:
         response = await http.post(
             f"{rh.mcp.url}/mcp",
@@ -99,7 +79,7 @@ async def test_requests_without_a_valid_run_token_are_refused(rh: RunnerHarness,
 
 async def test_a_tool_not_granted_to_the_run_is_an_error_result(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db)
-    async with mcp(rh, _token(agent, {CONVERSATION_HISTORY})) as client:
+    async with mcp(rh, run_token(agent, {CONVERSATION_HISTORY})) as client:
         result = await client.call_tool(SEARCH_CONTACTS, {"query": "Ana"})
     assert result.is_error and "not granted" in result.content[0].text  # type: ignore[union-attr]
 
@@ -107,7 +87,7 @@ async def test_a_tool_not_granted_to_the_run_is_an_error_result(rh: RunnerHarnes
 async def test_tools_only_see_the_tokens_org(rh: RunnerHarness) -> None:
     mine = create_agent(rh.db, contact_name="Zuleica Mine")
     create_agent(rh.db, contact_name="Zuleica Other")
-    async with mcp(rh, _token(mine, {SEARCH_CONTACTS})) as client:
+    async with mcp(rh, run_token(mine, {SEARCH_CONTACTS})) as client:
         result = await client.call_tool(SEARCH_CONTACTS, {"query": "Zuleica"})
     names = [c["name"] for c in json.loads(result.content[0].text)["contacts"]]  # type: ignore[union-attr]
     assert names == ["Zuleica Mine"]
@@ -117,7 +97,7 @@ async def test_history_pages_back_through_older_messages(rh: RunnerHarness) -> N
     agent = create_agent(rh.db)
     for i in range(5):
         inbound(rh.db, agent, f"m{i}")
-    async with mcp(rh, _token(agent, {CONVERSATION_HISTORY})) as client:
+    async with mcp(rh, run_token(agent, {CONVERSATION_HISTORY})) as client:
         first = json.loads((await client.call_tool(CONVERSATION_HISTORY, {"limit": 2})).content[0].text)  # type: ignore[union-attr]
         older = json.loads(
             (await client.call_tool(CONVERSATION_HISTORY, {"limit": 2, "before": first["next_before"]})).content[0].text  # type: ignore[union-attr]
@@ -129,7 +109,7 @@ async def test_history_pages_back_through_older_messages(rh: RunnerHarness) -> N
 async def test_follow_ups_schedule_list_cancel(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db)
     tools = {SCHEDULE_FOLLOWUP, LIST_FOLLOWUPS, CANCEL_FOLLOWUP}
-    async with mcp(rh, _token(agent, tools, rh=rh)) as client:
+    async with mcp(rh, run_token(agent, tools, rh=rh)) as client:
         scheduled = json.loads(
             (await client.call_tool(SCHEDULE_FOLLOWUP, {"reason": "retorno", "due_in_minutes": 60})).content[0].text  # type: ignore[union-attr]
         )
@@ -138,3 +118,17 @@ async def test_follow_ups_schedule_list_cancel(rh: RunnerHarness) -> None:
         again = await client.call_tool(CANCEL_FOLLOWUP, {"followup_id": scheduled["followup_id"]})
     assert [f["followup_id"] for f in listed["followups"]] == [scheduled["followup_id"]]
     assert not cancelled.is_error and again.is_error
+
+
+async def test_standalone_switchboard_mcp_serves_the_same_path(rh: RunnerHarness) -> None:
+    assert build_parser().parse_args(["mcp"]).command == "mcp"
+    server = McpToolServer(database=DatabaseSettings(url=rh.database_url), secret=RunTokenSettings().secret())
+    served = await ServedApp(server.standalone_app()).start()
+    try:
+        agent = create_agent(rh.db)
+        async with mcp(rh, run_token(agent, set()), url=f"{served.url}/internal/mcp") as client:
+            assert {t.name for t in (await client.list_tools()).tools} == set(TOOL_KINDS)
+        async with httpx.AsyncClient() as http:
+            assert (await http.post(f"{served.url}/internal/mcp", json={})).status_code == 401
+    finally:
+        await served.stop()

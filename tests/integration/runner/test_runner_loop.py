@@ -18,7 +18,7 @@ from switchboard.tool_catalog import (
     SEARCH_CONTACTS,
     SEND_WHATSAPP_MESSAGE,
 )
-from tests.integration.runner.harness import RunnerHarness, create_agent, inbound, run_request
+from tests.integration.runner.harness import RunnerHarness, allow_auto, create_agent, inbound, run_request
 from tests.support.fake_llm import Call, Received, Reply, tool
 
 pytestmark = pytest.mark.integration
@@ -238,6 +238,31 @@ async def test_steering_guidance_joins_at_the_next_turn_and_interrupt_stops(rh: 
     assert all(e["result"] is not None for e in row.tool_calls if e["kind"] == "tool")
 
 
+async def test_run_completed_lists_the_steered_messages_the_run_took_in(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script(
+        [Reply(calls=(Call(SEARCH_CONTACTS, {"query": "Ana"}),), delay_s=1.0), Reply(text="Achei a Ana.", delay_s=1.0)]
+    )
+    first = inbound(rh.db, agent, "Procure a Ana")
+    request = run_request(agent, [first])
+    before = len(rh.fake.received)
+    await rh.submit(request)
+    await _until(lambda: len(rh.fake.received) == before + 1)
+    # Arrives during step 1: taken in at the next turn boundary, so this run answers it.
+    taken = inbound(rh.db, agent, "Prefiro o modelo azul")
+    await rh.submit_steering(request, SteeringKind.GUIDANCE, taken.text, source=taken)
+    await _until(lambda: len(rh.fake.received) == before + 2)
+    assert "modelo azul" in json.dumps(rh.fake.received[-1].body, ensure_ascii=False)
+    # Arrives during the last step: no boundary follows, so a follow-up run must answer it.
+    late = inbound(rh.db, agent, "E o preço?")
+    await rh.submit_steering(request, SteeringKind.GUIDANCE, late.text, source=late)
+    row = await rh.wait_run(request)
+    assert row.status == "completed"
+    completed = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted))
+    assert completed.message_ids == (first.message_id, taken.message_id)
+    assert row.inbound_message_ids == [first.message_id, taken.message_id]
+
+
 async def test_dry_run_executes_no_write_and_is_recorded_as_such(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEND_WHATSAPP_MESSAGE])
     rh.fake.script([tool(SEND_WHATSAPP_MESSAGE, {"text": "Promoção!"}), Reply(text="Feito.")])
@@ -257,6 +282,7 @@ async def test_dry_run_executes_no_write_and_is_recorded_as_such(rh: RunnerHarne
 
 async def test_write_tool_records_an_outbound_intent_and_an_executed_action(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEND_WHATSAPP_MESSAGE])
+    allow_auto(rh.db, agent, SEND_WHATSAPP_MESSAGE)
     rh.fake.script([tool(SEND_WHATSAPP_MESSAGE, {"text": "Segue o catálogo."}), Reply(text="Enviei.")])
     row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
     assert row.status == "completed"
@@ -288,6 +314,7 @@ async def test_follow_up_creation_is_offered_only_when_callbacks_are_enabled(rh:
 
 async def test_schedule_followup_through_the_tool_server(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SCHEDULE_FOLLOWUP])
+    allow_auto(rh.db, agent, SCHEDULE_FOLLOWUP)
     rh.fake.script(
         [tool(SCHEDULE_FOLLOWUP, {"reason": "ligar amanhã", "due_in_minutes": 1440}), Reply(text="Combinado!")]
     )

@@ -52,10 +52,11 @@ async def test_tool_call_result_final_answer_with_usage_and_cost_summed(
     tool_entries = [e for e in row.tool_calls if e["kind"] == "tool"]
     assert [e["tool_name"] for e in tool_entries] == [SEARCH_CONTACTS]
     assert tool_entries[0]["is_error"] is False
-    assert json.loads(tool_entries[0]["result"])["contacts"][0]["name"] == "Ana Souza"
-    # ... and its result went back to the model in the provider's own format.
+    # The trace keeps what the model saw: the contact's name behind its per-run alias (docs/agent-context.md).
+    assert json.loads(tool_entries[0]["result"])["contacts"][0]["name"] == "<contact_1>"
+    # ... and the result went back to the model in the provider's own format, pseudonymized.
     second: Received = rh.fake.calls_to(provider)[-1]
-    assert "Ana Souza" in json.dumps(second.body)
+    assert "<contact_1>" in json.dumps(second.body) and "Ana Souza" not in json.dumps(second.body)
 
     records = rh.outbox(agent.conversation_id)
     assert [type(r) for _, r in records] == [RunStarted, RunCompleted]

@@ -10,6 +10,7 @@ import time
 import uuid
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy.orm import Session
 
@@ -20,18 +21,22 @@ from switchboard.observability.logging import JsonFormatter
 from switchboard.settings import KafkaSettings
 from switchboard.tool_catalog import SEARCH_CONTACTS
 from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, harness, inbound, run_request
+from tests.support.api import create_org
 from tests.support.fake_llm import Received, Reply, tool
 from tests.support.stack import StackEndpoints
 
 pytestmark = pytest.mark.integration
 
 
-async def test_planted_canary_key_appears_in_no_log_event_record_or_trace(
-    rh: RunnerHarness, caplog: pytest.LogCaptureFixture
+async def test_planted_canary_key_appears_in_no_log_event_record_trace_or_api_response(
+    rh: RunnerHarness, api: httpx.AsyncClient, stack: StackEndpoints, caplog: pytest.LogCaptureFixture
 ) -> None:
     canary = f"canary-{uuid.uuid4().hex}"
     caplog.set_level(logging.DEBUG)
-    agent = create_agent(rh.db, provider="openai", model="gpt-5-mini", api_key=canary, tool_ids=[SEARCH_CONTACTS])
+    org = create_org(stack.database_url)
+    agent = create_agent(
+        rh.db, org_id=org.org_id, provider="openai", model="gpt-5-mini", api_key=canary, tool_ids=[SEARCH_CONTACTS]
+    )
     rh.fake.script(
         [
             tool(SEARCH_CONTACTS, {"query": "Ana"}),
@@ -62,6 +67,23 @@ async def test_planted_canary_key_appears_in_no_log_event_record_or_trace(
     assert not [raw for raw, _ in heartbeats if canary.encode() in raw]
     outbox = rh.outbox_raw(agent.conversation_id)
     assert len(outbox) == 4 and not [p for p in outbox if canary.encode() in p]
+
+    # What the API shows of these runs: the list, each run with its trace, each run's live events.
+    listed = await api.get(
+        "/api/v1/runs", params={"conversation_id": str(agent.conversation_id)}, headers=org.headers()
+    )
+    assert listed.status_code == 200 and {r["id"] for r in listed.json()["data"]} == {str(ok.run_id), str(bad.run_id)}
+    bodies = [listed.text]
+    for request in (ok, bad):
+        one = await api.get(f"/api/v1/runs/{request.run_id}", headers=org.headers())
+        assert one.status_code == 200 and one.json()["data"]["trace"]
+        stream = await api.get(f"/api/v1/runs/{request.run_id}/events", headers=org.headers())
+        assert stream.status_code == 200 and "event: done" in stream.text
+        assert ("event: usage" if request is ok else "event: error") in stream.text
+        bodies += [one.text, stream.text]
+    failed = json.loads(bodies[3])["data"]
+    assert failed["error_code"] == "provider_auth_invalid" and failed["error_message"]
+    assert not [body for body in bodies if canary in body]
 
 
 async def test_the_same_run_delivered_twice_runs_once(rh: RunnerHarness) -> None:
@@ -102,6 +124,43 @@ async def test_recovery_attempt_closes_the_lost_parent_and_completes(rh: RunnerH
     lost = rh.run_row(parent)
     assert lost is not None
     assert (lost.status, lost.vitality, lost.error_family) == ("failed", "dead", "processLost")
+
+
+async def test_a_newer_attempt_supersedes_its_parent_running_here_and_only_it_replies(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    rh.fake.script([Reply(text="tarde demais", delay_s=4.0), Reply(text="resposta da tentativa 2")])
+    message = inbound(rh.db, agent, "Oi")
+    parent = run_request(agent, [message])
+    await rh.submit(parent)
+    deadline = time.monotonic() + 20
+    while (row := rh.run_row(parent)) is None or row.status != "running":
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    # The dispatcher's lease lapsed meanwhile (partitions moved): it re-dispatched the run.
+    retry = run_request(agent, [message], attempt=2, parent_run_id=parent.run_id)
+    assert (await rh.run(retry)).status == "completed"
+    lost = rh.run_row(parent)
+    assert lost is not None and (lost.status, lost.error_family) == ("failed", "processLost")
+    await asyncio.sleep(4.5)  # past the parent's model call: it must not complete nor announce anything
+    lost = rh.run_row(parent)
+    assert lost is not None and lost.status == "failed" and lost.final_text is None
+    completed = [r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted)]
+    assert [(r.run_id, r.final_text) for r in completed] == [(retry.run_id, "resposta da tentativa 2")]
+
+
+async def test_a_recovery_whose_parent_never_got_a_row_records_it_as_lost(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    rh.fake.script([Reply(text="tentativa 3")])
+    message = inbound(rh.db, agent, "Oi")
+    never_claimed = run_request(agent, [message], attempt=2)
+    retry = run_request(agent, [message], attempt=3, parent_run_id=never_claimed.run_id)
+    row = await rh.run(retry)
+    assert row.status == "completed" and row.parent_run_id == never_claimed.run_id
+    parent = rh.run_row(never_claimed)
+    assert parent is not None and (parent.status, parent.error_family, parent.attempt) == ("failed", "processLost", 2)
+    await rh.submit(never_claimed)  # a late delivery of the lost attempt is skipped
+    await asyncio.sleep(1.0)
+    assert [r.run_id for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted)] == [retry.run_id]
 
 
 async def test_300_concurrent_runs_against_a_slow_model_all_complete(rh: RunnerHarness) -> None:

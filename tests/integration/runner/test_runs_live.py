@@ -18,37 +18,15 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.api.app import create_app
-from services.api.runs_live.endpoints import router as live_router
-from services.api.settings import ApiSettings
 from switchboard.contracts import DispatchRequested, RunRequested, Serde, Topics
 from switchboard.db.models import OutboxEvent
-from switchboard.settings import DatabaseSettings, KafkaSettings
-from switchboard.tool_catalog import SEND_WHATSAPP_MESSAGE
-from tests.integration.runner.harness import RunnerHarness, create_agent
+from switchboard.tool_catalog import SEARCH_CONTACTS, SEND_WHATSAPP_MESSAGE
+from tests.integration.runner.harness import RunnerHarness, create_agent, inbound, run_request
 from tests.support.api import OrgHandle, create_org
-from tests.support.fake_llm import Reply, ServedApp, tool
+from tests.support.fake_llm import Reply, tool
 from tests.support.stack import StackEndpoints
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def api(stack: StackEndpoints, module_kafka: KafkaSettings) -> AsyncIterator[httpx.AsyncClient]:
-    settings = ApiSettings(
-        database=DatabaseSettings(url=stack.database_url, owner_url=stack.database_owner_url),
-        kafka=module_kafka,
-        outbox_relay=False,
-    )
-    app = create_app(settings)
-    app.include_router(live_router)
-    # Served for real (uvicorn): httpx's in-process transport cannot stream a response.
-    served = await ServedApp(app).start()
-    try:
-        async with httpx.AsyncClient(base_url=served.url, timeout=60) as http:
-            yield http
-    finally:
-        await served.stop()
 
 
 @contextlib.asynccontextmanager
@@ -126,7 +104,7 @@ async def test_dry_run_returns_the_trace_sends_nothing_and_streams_its_events(
     assert data["status"] == "completed" and data["final_text"] == "Custa R$ 10."
     assert data["run"]["is_dry_run"] is True
     assert data["would_send_to"]["chat_id"].startswith("switchboard-test-")
-    assert [s["tool_name"] for s in data["tool_calls"] if s["tool_name"]] == [SEND_WHATSAPP_MESSAGE]
+    assert [s["tool_name"] for s in data["tool_calls"] if s["kind"] == "tool"] == [SEND_WHATSAPP_MESSAGE]
     assert data["tokens_out"] > 0 and data["cost_micro_usd"] > 0 and data["latency_ms"] is not None
     outbound = rh.scalar(org.org_id, "SELECT count(*) FROM messages WHERE direction = 'outbound'")
     assert outbound == 0
@@ -151,3 +129,38 @@ async def test_events_of_another_orgs_run_are_not_found(
     org = create_org(stack.database_url)
     response = await api.get(f"/api/v1/runs/{uuid.uuid4()}/events", headers=org.headers())
     assert response.status_code == 404
+
+
+async def test_the_trace_is_typed_model_tool_and_guard_entries(
+    rh: RunnerHarness, api: httpx.AsyncClient, stack: StackEndpoints
+) -> None:
+    org = create_org(stack.database_url)
+    agent = create_agent(
+        rh.db,
+        org_id=org.org_id,
+        provider="anthropic",
+        model="claude-haiku-4-5",
+        tool_ids=[SEARCH_CONTACTS],
+        max_steps=2,
+    )
+    rh.fake.script(lambda r: tool(SEARCH_CONTACTS, {"query": f"q{len(r.body['messages'])}"}, input_tokens=80))
+    request = run_request(agent, [inbound(rh.db, agent, "Procure clientes")])
+    assert (await rh.run(request)).abort_reason == "max_steps_reached"
+
+    response = await api.get(f"/api/v1/runs/{request.run_id}", headers=org.headers())
+    assert response.status_code == 200
+    trace = response.json()["data"]["trace"]
+    assert [e["kind"] for e in trace] == ["model", "tool", "model", "tool", "guard"]
+    models = [e for e in trace if e["kind"] == "model"]
+    tools = [e for e in trace if e["kind"] == "tool"]
+    (guard,) = [e for e in trace if e["kind"] == "guard"]
+    # Only tool entries name a tool; model and guard entries carry their own details instead.
+    assert all(e["tool_name"] is None and e["guard"] is None for e in models)
+    assert all(e["model"]["tokens_in"] == 80 and e["model"]["tool_calls"] == [SEARCH_CONTACTS] for e in models)
+    assert all(e["tool_name"] == SEARCH_CONTACTS and e["is_error"] is False and e["model"] is None for e in tools)
+    assert guard["tool_name"] is None and guard["guard"]["name"] == "budget_stop"
+    assert "max_steps_reached" in guard["guard"]["detail"]
+    # Documented: the OpenAPI schema describes the kinds and each kind's details.
+    schemas = (await api.get("/openapi.json")).json()["components"]["schemas"]
+    assert schemas["TraceKind"]["enum"] == ["model", "tool", "guard"]
+    assert {"kind", "tool_name", "model", "guard", "is_error"} <= set(schemas["RunStep"]["properties"])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import bench.__main__ as orchestrator
-from bench import api_ingest, dispatch, end_to_end, runner
+from bench import api_ingest, dispatch, runner
 from bench.report import FIELDS, Goal, Measurement, add_common_arguments, read_json, render_table, write_json
 from switchboard.settings import REPO_ROOT
 
@@ -163,12 +163,6 @@ def test_smoke_profile_replaces_defaults_but_not_explicit_options(monkeypatch: p
     assert parse(["--report", "x.json"]).report == Path("x.json")
 
 
-def test_the_end_to_end_placeholder_emits_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Until someone writes it, ``make bench`` runs the hook and records no number for it."""
-    assert end_to_end.IMPLEMENTED is False
-    monkeypatch.setattr(orchestrator, "PARTS", tmp_path / "parts")
-    output = tmp_path / "latest.json"
-    assert orchestrator.main(["--only", "end_to_end", "--output", str(output)]) == 0
-    assert json.loads(output.read_text()) == []
+def test_an_unknown_bench_name_is_refused() -> None:
     with pytest.raises(SystemExit):
         orchestrator.main(["--only", "nonexistent"])

@@ -324,7 +324,7 @@ async def test_prompt_layers_and_history_in_order() -> None:
     subject = _subject(_history(("outbound", "welcome"), ("inbound", "a"), ("inbound", "b"), ("outbound", "c")))
     draft = await compose(subject, [SEARCH], default_builders())
     labels = [layer.label for layer in draft.system]
-    assert labels == ["Identity", "Tools", "Instructions", "Run contract", "Wake context"]
+    assert labels == ["Identity", "Tools", "System prompt", "Run contract", "Wake context", "Conversation"]
     assert "search" in draft.system[1].text and "Ana" in draft.system[-1].text
     # Starts with the customer, alternates (consecutive customer messages merged), ends with the new message.
     assert [type(m).__name__ for m in draft.messages] == ["UserMessage", "AssistantMessage", "UserMessage"]

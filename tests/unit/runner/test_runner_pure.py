@@ -196,6 +196,11 @@ def test_granted_tools_follow_the_version() -> None:
     assert off.granted_tools() == (CONVERSATION_HISTORY, REQUEST_HUMAN_HANDOFF)
 
 
+def test_the_versions_silence_timeout_wins_over_the_process_default() -> None:
+    assert _version(silence_timeout_minutes=7).silence_timeout_s(900.0) == 420.0
+    assert _version(silence_timeout_minutes=None).silence_timeout_s(900.0) == 900.0
+
+
 @pytest.mark.parametrize(
     ("raw", "error"),
     [
@@ -251,10 +256,10 @@ def test_demo_model_is_deterministic_and_labeled() -> None:
 
 def test_demo_model_uses_the_history_tool_once() -> None:
     spec = ToolSpec(CONVERSATION_HISTORY, "history", {"type": "object"})
-    step1 = demo_reply(_request("oi", (spec,)))
+    step1 = demo_reply(_request("do you have my order history?", (spec,)))
     assert [c.name for c in step1.tool_calls] == [CONVERSATION_HISTORY]
     results = ToolResults((ToolOutcome("demo_call_1", CONVERSATION_HISTORY, "{}"),))
-    step2 = demo_reply(_request("oi", (spec,), (results,)))
+    step2 = demo_reply(_request("do you have my order history?", (spec,), (results,)))
     assert not step2.tool_calls and step2.text.startswith(LABEL)
 
 

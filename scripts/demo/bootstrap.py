@@ -1,0 +1,233 @@
+"""The demo org, made through the product's own doors: the ``switchboard`` CLI and the REST API.
+
+``switchboard admin bootstrap`` creates the org, its admin and an MFA-verified admin
+token (the operator path; see services/api/identity/service.py). Everything else goes
+through the API with that token: the channel session (pointed at the local channel
+server), its ``working`` status through a *signed* ``session.status`` webhook — exactly
+what WAHA would send — and two published agents of different priority.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from scripts.demo.processes import REPO_ROOT
+
+WEBHOOK_PATH = "/api/v1/webhooks/waha"
+# Real providers, first one whose key is in the environment wins; else the labeled demo model.
+PROVIDER_KEYS = (("anthropic", "ANTHROPIC_API_KEY"), ("openai", "OPENAI_API_KEY"), ("google", "GOOGLE_API_KEY"))
+
+GENERAL_AGENT = "Atendimento geral"
+BUDGET_AGENT = "Pedidos (budget-limited)"
+# The budget-limited agent answers only messages about an order status, and may take one step:
+# its first step is a tool call (its prompt asks for one; the demo model's rules make one), so the
+# step that would answer is refused before any model call: aborted, ``max_steps_reached``.
+BUDGET_TRIGGER_REGEX = r"status do (meu )?pedido|order status"
+BUDGET_PROMPT = (
+    "Você cuida do status de pedidos. Sempre chame crm_get_conversation_history antes de responder, "
+    "para achar o número do pedido."
+)
+
+
+class DemoError(RuntimeError):
+    """A bootstrap or scenario step failed in a way that makes the rest meaningless."""
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    provider: str
+    model: str
+    is_llm: bool
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: str
+    version_id: str
+    name: str
+    priority: int
+
+
+@dataclass
+class DemoOrg:
+    org_id: str
+    user_id: str
+    token: str
+    channel_session_id: str
+    session_name: str
+    webhook_secret: str
+    model: ModelChoice
+    agents: dict[str, Agent]
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+def platform_key_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The runner's platform key for the provider the demo will use (nothing for the demo model)."""
+    for provider, var in PROVIDER_KEYS:
+        if environ.get(var):
+            return {f"RUNNER_{provider.upper()}_API_KEY": environ[var]}
+    return {}
+
+
+async def choose_model(client: httpx.AsyncClient, token: str, environ: Mapping[str, str] = os.environ) -> ModelChoice:
+    """A real provider's default model when its key is set, else the built-in demo model."""
+    for provider, var in PROVIDER_KEYS:
+        if environ.get(var):
+            response = await client.get("/api/v1/providers", headers={"Authorization": f"Bearer {token}"})
+            _check(response, "list providers")
+            for row in response.json()["data"]:
+                if row["provider"] == provider and row["default_model"]:
+                    return ModelChoice(provider, row["default_model"], is_llm=True)
+    return ModelChoice("demo", "demo", is_llm=False)
+
+
+def cli_bootstrap(env: Mapping[str, str], *, org_name: str, email: str) -> dict[str, str]:
+    """``switchboard admin bootstrap``: {org_id, user_id, token} (the real CLI, as an operator runs it)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "admin", "bootstrap", "--org", org_name, "--email", email],
+        cwd=REPO_ROOT,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise DemoError(f"switchboard admin bootstrap failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    result: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def sign(secret: str, body: bytes) -> dict[str, str]:
+    """WAHA's webhook signature: hex HMAC-SHA512 of the raw body keyed by the session's secret."""
+    return {
+        "Content-Type": "application/json",
+        "X-Webhook-Hmac": hmac.new(secret.encode(), body, hashlib.sha512).hexdigest(),
+        "X-Webhook-Hmac-Algorithm": "sha512",
+    }
+
+
+async def post_webhook(client: httpx.AsyncClient, org: DemoOrg, event: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A signed WAHA delivery to the real webhook endpoint; its ``data``."""
+    envelope = {
+        "id": f"evt_{uuid.uuid4().hex}",
+        "timestamp": int(time.time() * 1000),
+        "event": event,
+        "session": org.session_name,
+        "payload": payload,
+    }
+    body = json.dumps(envelope).encode()
+    response = await client.post(WEBHOOK_PATH, content=body, headers=sign(org.webhook_secret, body))
+    _check(response, f"webhook {event}")
+    data: dict[str, Any] = response.json()["data"]
+    return data
+
+
+def _check(response: httpx.Response, what: str) -> None:
+    if response.status_code >= 400:
+        raise DemoError(f"{what}: HTTP {response.status_code} {response.text[:500]}")
+
+
+def _version(model: ModelChoice, channel_id: str, **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "system_prompt": (
+            "Você é o assistente da Loja Demo. Responda em poucas palavras; use o histórico da conversa "
+            "quando o cliente perguntar pelos pedidos dele."
+        ),
+        "provider": model.provider,
+        "model": model.model,
+        "tool_ids": ["crm_get_conversation_history", "crm_search_contacts"],
+        "trigger_config": {"event_types": ["message"], "ignore_groups": True},
+        "channel_session_id": channel_id,
+        "max_steps": 4,
+        "token_budget": 20_000,
+        "cost_budget_cents": 5,
+        "concurrency_policy": "enqueue",
+    }
+    body.update(overrides)
+    return body
+
+
+async def _publish_agent(
+    client: httpx.AsyncClient, org: DemoOrg, name: str, priority: int, version: dict[str, Any]
+) -> Agent:
+    created = await client.post(
+        "/api/v1/agents", json={"name": name, "priority": priority, "version": version}, headers=org.headers()
+    )
+    _check(created, f"create agent {name!r}")
+    data = created.json()["data"]
+    agent_id, version_id = data["agent"]["id"], data["version"]["id"]
+    published = await client.post(
+        f"/api/v1/agents/{agent_id}:publish", json={"version_id": version_id}, headers=org.headers()
+    )
+    _check(published, f"publish agent {name!r}")
+    return Agent(agent_id, version_id, name, priority)
+
+
+async def bootstrap(
+    client: httpx.AsyncClient,
+    env: Mapping[str, str],
+    *,
+    channel_url: str,
+    channel_api_key: str,
+    label: str = "Demo",
+    environ: Mapping[str, str] = os.environ,
+) -> DemoOrg:
+    """A fresh org with admin, token, a ``working`` channel session and two published agents."""
+    suffix = uuid.uuid4().hex[:8]
+    made = cli_bootstrap(env, org_name=f"{label} {suffix}", email=f"admin-{suffix}@demo.switchboard.local")
+    headers = {"Authorization": f"Bearer {made['token']}"}
+    session_name = f"demo-{suffix}"
+    channel = await client.post(
+        "/api/v1/channel-sessions",
+        json={
+            "label": "Demo WhatsApp number",
+            "external_session": session_name,
+            "base_url": channel_url,
+            "api_key": channel_api_key,
+        },
+        headers=headers,
+    )
+    _check(channel, "create channel session")
+    channel_data = channel.json()["data"]
+    org = DemoOrg(
+        org_id=made["org_id"],
+        user_id=made["user_id"],
+        token=made["token"],
+        channel_session_id=channel_data["id"],
+        session_name=session_name,
+        webhook_secret=channel_data["webhook_secret"],
+        model=await choose_model(client, made["token"], environ),
+        agents={},
+    )
+    await post_webhook(client, org, "session.status", {"status": "WORKING"})
+    current = await client.get(f"/api/v1/channel-sessions/{org.channel_session_id}", headers=headers)
+    _check(current, "read channel session")
+    if current.json()["data"]["status"] != "working":
+        raise DemoError(f"channel session is {current.json()['data']['status']!r} after a signed WORKING webhook")
+    org.agents[GENERAL_AGENT] = await _publish_agent(
+        client, org, GENERAL_AGENT, 10, _version(org.model, org.channel_session_id)
+    )
+    budget = _version(
+        org.model,
+        org.channel_session_id,
+        system_prompt=BUDGET_PROMPT,
+        max_steps=1,
+        trigger_config={"event_types": ["message"], "ignore_groups": True, "keyword_regex": BUDGET_TRIGGER_REGEX},
+    )
+    org.agents[BUDGET_AGENT] = await _publish_agent(client, org, BUDGET_AGENT, 20, budget)
+    return org

@@ -1,0 +1,1 @@
+"""Autonomy settings, kill switches and approvals of proposed actions (docs/autonomy.md)."""

@@ -1,0 +1,1 @@
+"""Conversations: read one, and hand a conversation taken over by humans back to the agents."""

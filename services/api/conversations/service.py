@@ -1,0 +1,91 @@
+"""Handing a conversation back to the agents after a handoff.
+
+The notifier assigned the conversation to humans (``status = handoff``) when a run handed
+off; from then on ingest does not dispatch its messages and the dispatcher answers any
+dispatch of it with ``conv_busy`` (docs/dispatcher.md, "human_owned"). Handing back reopens
+it and, in the same transaction (outbox), queues a ``dispatch_requested`` with wake reason
+``assignment``: the dispatcher clears its ``human_owned`` flag on it and wakes the agents
+whose trigger listens to ``assignment``. Functions never commit (the request does).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from services.api.conversations import repository
+from services.api.core.errors import Conflict, NotFound
+from switchboard.contracts import DispatchRequested, Serde, Topics, WakeContext, WakeReason
+from switchboard.db.audit import record_audit
+from switchboard.db.enums import ConversationStatus
+from switchboard.db.models.channels import Conversation
+from switchboard.db.outbox import enqueue_record
+
+
+class NotHandedOff(Conflict):
+    code = "conversation_not_handed_off"
+    default_message = "The conversation is not assigned to humans"
+
+
+@dataclass(frozen=True)
+class HandedBack:
+    row: Conversation
+    agent_woken: bool
+
+
+def get_conversation(session: Session, *, org_id: uuid.UUID, conversation_id: uuid.UUID) -> Conversation:
+    row = repository.by_id(session, org_id, conversation_id)
+    if row is None:
+        raise NotFound("No such conversation")
+    return row
+
+
+def hand_back(
+    session: Session,
+    serde: Serde,
+    *,
+    org_id: uuid.UUID,
+    conversation_id: uuid.UUID,
+    actor_user_id: uuid.UUID | None,
+    request_id: str | None,
+) -> HandedBack:
+    row = repository.by_id(session, org_id, conversation_id, for_update=True)
+    if row is None:
+        raise NotFound("No such conversation")
+    if row.status != ConversationStatus.HANDOFF.value:
+        raise NotHandedOff(details={"status": row.status})
+    row.status = ConversationStatus.OPEN.value
+    row.assigned_user_id = None
+    # A group chat has no single contact and is never dispatched: nothing to wake.
+    wake = row.contact_id is not None and not row.is_group
+    if wake:
+        assert row.contact_id is not None
+        enqueue_record(
+            session,
+            Topics.DISPATCH_REQUESTED,
+            DispatchRequested(
+                org_id=org_id,
+                request_id=request_id,
+                conversation_id=row.id,
+                contact_id=row.contact_id,
+                channel_session_id=row.channel_session_id,
+                wake_reason=WakeReason.ASSIGNMENT,
+                wake_context=WakeContext(assigned_by_user_id=actor_user_id),
+            ),
+            serde=serde,
+        )
+    record_audit(
+        session,
+        org_id=org_id,
+        action="conversation.handed_back",
+        actor_user_id=actor_user_id,
+        target_type="conversation",
+        target_id=row.id,
+        details={"agent_woken": wake},
+        request_id=request_id,
+    )
+    session.flush()
+    session.refresh(row)  # server-side updated_at, loaded here: the view is built outside the session
+    return HandedBack(row=row, agent_woken=wake)

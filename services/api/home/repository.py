@@ -1,0 +1,52 @@
+"""All SQL of the home domain, filtered by org."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import date, datetime
+
+from sqlalchemy import select, tuple_
+from sqlalchemy.orm import Session
+
+from switchboard.db.models.agents import AiAgent
+from switchboard.db.models.autonomy import AgentUsageMonthly, WorkspaceDailyBrief, WorkspaceTokenUsage
+from switchboard.db.models.budgets import BudgetIncident
+from switchboard.db.models.channels import Conversation
+
+
+def daily_brief(session: Session, org_id: uuid.UUID, day: date) -> WorkspaceDailyBrief | None:
+    """One primary-key read: the digest is materialized by the brief, never composed here."""
+    return session.get(WorkspaceDailyBrief, (org_id, day))
+
+
+def conversation_exists(session: Session, org_id: uuid.UUID, conversation_id: uuid.UUID) -> bool:
+    found = session.scalar(
+        select(Conversation.id).where(Conversation.org_id == org_id, Conversation.id == conversation_id)
+    )
+    return found is not None
+
+
+def org_usage(session: Session, org_id: uuid.UUID, month: date) -> WorkspaceTokenUsage | None:
+    return session.get(WorkspaceTokenUsage, (org_id, month))
+
+
+def agent_usage(session: Session, org_id: uuid.UUID, month: date) -> list[tuple[AgentUsageMonthly, str | None]]:
+    """Per agent, highest spend first."""
+    rows = session.execute(
+        select(AgentUsageMonthly, AiAgent.name)
+        .outerjoin(AiAgent, (AiAgent.id == AgentUsageMonthly.agent_id) & (AiAgent.org_id == AgentUsageMonthly.org_id))
+        .where(AgentUsageMonthly.org_id == org_id, AgentUsageMonthly.month == month)
+        .order_by(AgentUsageMonthly.cost_micros.desc(), AgentUsageMonthly.agent_id)
+    )
+    return [(usage, name) for usage, name in rows]
+
+
+def budget_incidents(
+    session: Session, org_id: uuid.UUID, *, limit: int, before: tuple[datetime, uuid.UUID] | None
+) -> list[BudgetIncident]:
+    """Newest first; ``before`` is the (created_at, id) of the last incident of the previous page."""
+    query = select(BudgetIncident).where(BudgetIncident.org_id == org_id)
+    if before is not None:
+        query = query.where(tuple_(BudgetIncident.created_at, BudgetIncident.id) < tuple_(*before))
+    query = query.order_by(BudgetIncident.created_at.desc(), BudgetIncident.id.desc()).limit(limit)
+    return list(session.scalars(query))

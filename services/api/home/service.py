@@ -1,0 +1,79 @@
+"""Home rules: read the stored digest, add and close to-do items, usage and incident reads.
+
+Sync functions over the request's org-scoped session; they never commit.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import date
+
+from sqlalchemy.orm import Session
+
+from services.api.core.errors import NotFound, ValidationFailed
+from services.api.home import repository
+from services.api.home.schemas import (
+    AgentUsage,
+    DailyBriefView,
+    TodoCreate,
+    TodoView,
+    UsageFigures,
+    UsageView,
+)
+from switchboard.db.daily_brief import org_today
+from switchboard.db.models.brief import TodoSource
+from switchboard.db.todos import add_todo, mark_todo_done
+from switchboard.db.usage import month_start
+
+_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+
+
+def parse_month(value: str | None) -> date:
+    """``YYYY-MM`` -> its first day; omitted -> the current (UTC) month."""
+    if value is None:
+        return month_start()
+    match = _MONTH.match(value)
+    if match is None:
+        raise ValidationFailed("month must be YYYY-MM", details={"field": "month"})
+    return date(int(match.group(1)), int(match.group(2)), 1)
+
+
+def daily_brief(session: Session, org_id: uuid.UUID, day: date | None) -> DailyBriefView:
+    day = day or org_today(session, org_id)
+    row = repository.daily_brief(session, org_id, day)
+    if row is None:
+        raise NotFound("No digest for this day yet", details={"date": day.isoformat()})
+    return DailyBriefView(date=row.day, digest=row.digest, updated_at=row.updated_at)
+
+
+def create_todo(session: Session, org_id: uuid.UUID, body: TodoCreate) -> TodoView:
+    if body.conversation_id is not None and not repository.conversation_exists(session, org_id, body.conversation_id):
+        raise NotFound("No such conversation")
+    todo = add_todo(session, org_id, body.text, TodoSource.API, conversation_id=body.conversation_id)
+    session.refresh(todo)
+    return TodoView.model_validate(todo)
+
+
+def complete_todo(session: Session, org_id: uuid.UUID, todo_id: uuid.UUID) -> TodoView:
+    todo = mark_todo_done(session, org_id, todo_id)
+    if todo is None:
+        raise NotFound("No such to-do item")
+    return TodoView.model_validate(todo)
+
+
+def usage(session: Session, org_id: uuid.UUID, month: date) -> UsageView:
+    org = repository.org_usage(session, org_id, month)
+    figures = UsageFigures() if org is None else UsageFigures.model_validate(org, from_attributes=True)
+    agents = [
+        AgentUsage(
+            agent_id=row.agent_id,
+            agent_name=name,
+            input_tokens=row.input_tokens,
+            output_tokens=row.output_tokens,
+            cost_micros=row.cost_micros,
+            run_count=row.run_count,
+        )
+        for row, name in repository.agent_usage(session, org_id, month)
+    ]
+    return UsageView(month=f"{month:%Y-%m}", organization=figures, agents=agents)

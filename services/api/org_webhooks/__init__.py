@@ -1,0 +1,1 @@
+"""The organization's outgoing webhook: where handoffs and budget incidents are announced."""

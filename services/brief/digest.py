@@ -1,0 +1,324 @@
+"""Pure composition of one org's Home digest of one day [000 §5] from what the brief knows.
+
+No I/O: the store loads :class:`DayInputs` (facts of the day, owner decisions, open
+``/todo`` items, preferences) and :func:`compose` turns them into the stored document.
+Equal inputs give an equal document — the basis of the brief's idempotency.
+
+Document shape (JSON)::
+
+    {"date", "time_zone", "sections": [...pinned first],
+     "pulse": {"text", "runs", "replies", "handoffs", "spend_micros", "spend_yesterday_micros"},
+     "done": [{"action_type", "area", "count", "text"}],
+     "todo": [{"kind": "promote" | "proposed_action" | "insight" | "todo", ..., "links": {...}}],
+     "planets": [{"area", "label", "status", "done", "open", "pinned"}]}
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+from services.brief.catalog import DigestCatalog
+
+OPEN_INSIGHT_STATUSES = frozenset({"new", "seen"})
+# One syllable ending consonant-vowel-consonant doubles its last letter before -ed.
+_SHORT_CVC = re.compile(r"^[^aeiou]*[aeiou][^aeiouwxy]$")
+
+
+@dataclass(frozen=True, slots=True)
+class ActionFact:
+    action_id: str
+    action_type: str
+    area: str
+    summary: str
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> ActionFact:
+        return cls(
+            action_id=str(data["action_id"]),
+            action_type=str(data["action_type"]),
+            area=str(data["area"]),
+            summary=str(data.get("summary") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunFact:
+    run_id: str
+    replied: bool
+    cost_micros: int
+    executed: tuple[ActionFact, ...] = ()
+    proposed: tuple[ActionFact, ...] = ()
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> RunFact:
+        return cls(
+            run_id=str(data["run_id"]),
+            replied=bool(data.get("replied")),
+            cost_micros=int(data.get("cost_micros") or 0),
+            executed=tuple(ActionFact.from_payload(a) for a in data.get("executed") or ()),
+            proposed=tuple(ActionFact.from_payload(a) for a in data.get("proposed") or ()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class InsightFact:
+    insight_id: str
+    insight_key: str
+    kind: str
+    area: str
+    title: str
+    body: str
+    status: str
+    suggested_actions: tuple[Mapping[str, Any], ...] = ()
+    proposed_action: ActionFact | None = None
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> InsightFact:
+        proposed = data.get("proposed_action")
+        return cls(
+            insight_id=str(data["insight_id"]),
+            insight_key=str(data["insight_key"]),
+            kind=str(data["kind"]),
+            area=str(data["area"]),
+            title=str(data["title"]),
+            body=str(data.get("body") or ""),
+            status=str(data.get("status") or "new"),
+            suggested_actions=tuple(data.get("suggested_actions") or ()),
+            proposed_action=None if not proposed else ActionFact.from_payload(proposed),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    """An action type approved ``approvals`` times in an area not yet on ``auto``."""
+
+    area: str
+    action_type: str
+    approvals: int
+
+
+@dataclass(frozen=True)
+class DayInputs:
+    """Everything one day's digest depends on (loaded by ``services.brief.store``)."""
+
+    day: date
+    time_zone: str
+    runs: Sequence[RunFact] = ()
+    handoffs: int = 0
+    spend_yesterday_micros: int = 0
+    insights: Sequence[InsightFact] = ()
+    # The owner's status of an insight (workspace_insights, by insight key) wins over the record's.
+    insight_status: Mapping[str, str] = field(default_factory=dict)
+    # Proposed actions (by action id) the owner already decided: no longer to do.
+    decided_actions: frozenset[str] = frozenset()
+    promotions: Sequence[Promotion] = ()
+    todos: Sequence[Mapping[str, Any]] = ()
+    pinned_sections: Sequence[str] = ()
+    pinned_areas: Sequence[str] = ()
+
+
+# --------------------------------------------------------------------------- phrasing
+
+
+def past_tense(verb: str, irregular: Mapping[str, str]) -> str:
+    if verb in irregular:
+        return irregular[verb]
+    if verb.endswith("e"):
+        return f"{verb}d"
+    if verb.endswith("y") and len(verb) > 1 and verb[-2] not in "aeiou":
+        return f"{verb[:-1]}ied"
+    if _SHORT_CVC.match(verb):
+        return f"{verb}{verb[-1]}ed"  # tag -> tagged, stop -> stopped
+    return f"{verb}ed"
+
+
+def plural(noun: str) -> str:
+    if noun.endswith(("s", "x", "z", "ch", "sh")):
+        return f"{noun}es"
+    if noun.endswith("y") and len(noun) > 1 and noun[-2] not in "aeiou":
+        return f"{noun[:-1]}ies"
+    return f"{noun}s"
+
+
+def done_phrase(action_type: str, count: int, irregular: Mapping[str, str]) -> str:
+    """``send_reminder`` x3 -> ``sent 3 reminders``; a one-word type reads ``archived 2 times``."""
+    verb, _, rest = action_type.partition("_")
+    words = rest.replace("_", " ").strip()
+    past = past_tense(verb, irregular)
+    if not words:
+        return f"{past} {count} time{'s' if count != 1 else ''}"
+    head, _, last = words.rpartition(" ")
+    noun = last if count == 1 else plural(last)
+    return f"{past} {count} {head + ' ' if head else ''}{noun}"
+
+
+def money(micros: int) -> str:
+    return f"${micros / 1_000_000:.2f}"
+
+
+def _count(n: int, singular: str) -> str:
+    return f"{n} {singular if n == 1 else plural(singular)}"
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def pulse(inputs: DayInputs) -> dict[str, Any]:
+    runs = len(inputs.runs)
+    replies = sum(1 for r in inputs.runs if r.replied)
+    spend = sum(r.cost_micros for r in inputs.runs)
+    text = (
+        f"{_count(runs, 'run')} · {_count(replies, 'reply')} · {_count(inputs.handoffs, 'handoff')} · "
+        f"spend {money(spend)} (yesterday {money(inputs.spend_yesterday_micros)})"
+    )
+    return {
+        "text": text,
+        "runs": runs,
+        "replies": replies,
+        "handoffs": inputs.handoffs,
+        "spend_micros": spend,
+        "spend_yesterday_micros": inputs.spend_yesterday_micros,
+    }
+
+
+def done(inputs: DayInputs, catalog: DigestCatalog) -> list[dict[str, Any]]:
+    """Executed actions grouped by (type, area), most frequent first; each action counted once."""
+    seen: set[str] = set()
+    counts: Counter[tuple[str, str]] = Counter()
+    for run in inputs.runs:
+        for action in run.executed:
+            if action.action_id in seen:
+                continue
+            seen.add(action.action_id)
+            counts[(action.action_type, action.area)] += 1
+    groups = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return [
+        {
+            "action_type": action_type,
+            "area": area,
+            "count": n,
+            "text": done_phrase(action_type, n, catalog.irregular_past),
+        }
+        for (action_type, area), n in groups
+    ]
+
+
+def _links(catalog: DigestCatalog, kind: str, **values: str) -> dict[str, str]:
+    links = catalog.links[kind]
+    return {"approve": links.approve.format(**values), "ignore": links.ignore.format(**values)}
+
+
+def _action_item(action: ActionFact, catalog: DigestCatalog, **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "proposed_action",
+        "action_id": action.action_id,
+        "action_type": action.action_type,
+        "area": action.area,
+        "title": action.summary,
+        **extra,
+        "links": _links(catalog, "proposed_action", action_id=action.action_id),
+    }
+
+
+def todo(inputs: DayInputs, catalog: DigestCatalog) -> list[dict[str, Any]]:
+    """Promote suggestions, then proposed actions, then insights, then the owner's own items."""
+    promotions = [
+        {
+            "kind": "promote",
+            "area": p.area,
+            "action_type": p.action_type,
+            "approvals": p.approvals,
+            "title": f"You approved “{p.action_type}” {p.approvals} times: let agents do it on their own?",
+            "links": _links(catalog, "promote", area=p.area, action_type=p.action_type),
+        }
+        for p in sorted(inputs.promotions, key=lambda p: (p.area, p.action_type))
+    ]
+    proposals: dict[str, dict[str, Any]] = {}
+    insights: list[dict[str, Any]] = []
+    for insight in sorted(inputs.insights, key=lambda i: (i.area, i.insight_key)):
+        status = inputs.insight_status.get(insight.insight_key, insight.status)
+        if status not in OPEN_INSIGHT_STATUSES:
+            continue
+        action = insight.proposed_action
+        if insight.kind == "proposed_action" and action is not None:
+            if action.action_id not in inputs.decided_actions:
+                proposals[action.action_id] = _action_item(
+                    action, catalog, title=insight.title, body=insight.body, insight_key=insight.insight_key
+                )
+            continue
+        insights.append(
+            {
+                "kind": "insight",
+                "insight_id": insight.insight_id,
+                "insight_key": insight.insight_key,
+                "area": insight.area,
+                "title": insight.title,
+                "body": insight.body,
+                "status": status,
+                "suggested_actions": [dict(a) for a in insight.suggested_actions],
+                "links": _links(catalog, "insight", insight_id=insight.insight_id),
+            }
+        )
+    # Proposed actions a run reported without an insight record of their own.
+    for run in inputs.runs:
+        for action in run.proposed:
+            if action.action_id not in proposals and action.action_id not in inputs.decided_actions:
+                proposals[action.action_id] = _action_item(action, catalog)
+    ordered = sorted(proposals.values(), key=lambda item: (item["area"], item["action_type"], item["action_id"]))
+    return [*promotions, *ordered, *insights, *(dict(t) for t in inputs.todos)]
+
+
+def planets(
+    inputs: DayInputs,
+    catalog: DigestCatalog,
+    done_items: Iterable[Mapping[str, Any]],
+    todo_items: Iterable[Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """Health per area: ``attention`` with open items, ``active`` with work done, else ``quiet``."""
+    done_by_area: Counter[str] = Counter()
+    for item in done_items:
+        done_by_area[str(item["area"])] += int(item["count"])
+    open_by_area: Counter[str] = Counter(str(item["area"]) for item in todo_items if "area" in item)
+    pinned = [a for a in dict.fromkeys(inputs.pinned_areas) if any(p.area == a for p in catalog.planets)]
+    order = {area: i for i, area in enumerate(pinned)}
+    listed = sorted(enumerate(catalog.planets), key=lambda ip: (order.get(ip[1].area, len(order)), ip[0]))
+    result = []
+    for _, planet in listed:
+        n_open, n_done = open_by_area[planet.area], done_by_area[planet.area]
+        status = "attention" if n_open else "active" if n_done else "quiet"
+        result.append(
+            {
+                "area": planet.area,
+                "label": planet.label,
+                "status": status,
+                "done": n_done,
+                "open": n_open,
+                "pinned": planet.area in order,
+            }
+        )
+    return result
+
+
+def section_order(pinned: Sequence[str], catalog: DigestCatalog) -> list[str]:
+    known = [s for s in dict.fromkeys(pinned) if s in catalog.sections]
+    return [*known, *(s for s in catalog.sections if s not in known)]
+
+
+def compose(inputs: DayInputs, catalog: DigestCatalog) -> dict[str, Any]:
+    """The digest document of ``inputs.day`` (deterministic: no clock, no randomness)."""
+    done_items = done(inputs, catalog)
+    todo_items = todo(inputs, catalog)
+    return {
+        "date": inputs.day.isoformat(),
+        "time_zone": inputs.time_zone,
+        "sections": section_order(inputs.pinned_sections, catalog),
+        "pulse": pulse(inputs),
+        "done": done_items,
+        "todo": todo_items,
+        "planets": planets(inputs, catalog, done_items, todo_items),
+    }

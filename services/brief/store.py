@@ -1,0 +1,210 @@
+"""All SQL of the brief: facts in, day inputs out, the digest row written.
+
+Every function runs in the caller's org-scoped transaction (``tenant_transaction``);
+queries also filter by ``org_id``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import date, timedelta
+from typing import Any
+
+from sqlalchemy import BigInteger, and_, func, select, tuple_
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from services.brief.catalog import DigestCatalog
+from services.brief.digest import DayInputs, InsightFact, Promotion, RunFact, compose
+from services.brief.facts import Fact
+from switchboard.db.daily_brief import lock_day, open_todo_items
+from switchboard.db.enums import AutonomyMode, DecisionStatus
+from switchboard.db.models.autonomy import (
+    AgentDecision,
+    WorkspaceAutonomy,
+    WorkspaceDailyBrief,
+    WorkspaceHomePrefs,
+    WorkspaceInsight,
+)
+from switchboard.db.models.brief import BriefFact, BriefFactKind
+
+
+def upsert_facts(session: Session, org_id: uuid.UUID, facts: Sequence[Fact]) -> set[date]:
+    """Write the facts (the newest record of a key wins) and return every day whose digest changed.
+
+    An insight re-dated by its producer moves to another day: its old day is returned too.
+    """
+    if not facts:
+        return set()
+    latest: dict[tuple[str, str], Fact] = {}
+    for fact in facts:
+        current = latest.get((fact.kind.value, fact.key))
+        if current is None or current.occurred_at <= fact.occurred_at:
+            latest[(fact.kind.value, fact.key)] = fact
+    keys = list(latest)
+    previous_days = set(
+        session.scalars(
+            select(BriefFact.day).where(
+                BriefFact.org_id == org_id, tuple_(BriefFact.kind, BriefFact.fact_key).in_(keys)
+            )
+        )
+    )
+    stmt = insert(BriefFact).values(
+        [
+            {
+                "org_id": org_id,
+                "kind": fact.kind.value,
+                "fact_key": fact.key,
+                "day": fact.day,
+                "occurred_at": fact.occurred_at,
+                "payload": fact.payload,
+            }
+            for fact in latest.values()
+        ]
+    )
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[BriefFact.org_id, BriefFact.kind, BriefFact.fact_key],
+            set_={
+                "day": stmt.excluded.day,
+                "occurred_at": stmt.excluded.occurred_at,
+                "payload": stmt.excluded.payload,
+                "updated_at": func.now(),
+            },
+            where=BriefFact.occurred_at <= stmt.excluded.occurred_at,
+        )
+    )
+    return previous_days | {fact.day for fact in latest.values()}
+
+
+def _facts(session: Session, org_id: uuid.UUID, day: date, kind: BriefFactKind) -> list[dict[str, Any]]:
+    return list(
+        session.scalars(
+            select(BriefFact.payload)
+            .where(BriefFact.org_id == org_id, BriefFact.day == day, BriefFact.kind == kind.value)
+            .order_by(BriefFact.fact_key)
+        )
+    )
+
+
+def _spend(session: Session, org_id: uuid.UUID, day: date) -> int:
+    total = session.scalar(
+        select(func.coalesce(func.sum(BriefFact.payload["cost_micros"].astext.cast(BigInteger)), 0)).where(
+            BriefFact.org_id == org_id, BriefFact.day == day, BriefFact.kind == BriefFactKind.RUN.value
+        )
+    )
+    return int(total or 0)
+
+
+def _handoffs(session: Session, org_id: uuid.UUID, day: date) -> int:
+    return int(
+        session.scalar(
+            select(func.count()).where(
+                BriefFact.org_id == org_id, BriefFact.day == day, BriefFact.kind == BriefFactKind.HANDOFF.value
+            )
+        )
+        or 0
+    )
+
+
+def _insight_status(session: Session, org_id: uuid.UUID, keys: Iterable[str]) -> dict[str, str]:
+    keys = list(keys)
+    if not keys:
+        return {}
+    rows = session.execute(
+        select(WorkspaceInsight.dedupe_key, WorkspaceInsight.status).where(
+            WorkspaceInsight.org_id == org_id, WorkspaceInsight.dedupe_key.in_(keys)
+        )
+    )
+    return {key: status for key, status in rows}
+
+
+def _decided(session: Session, org_id: uuid.UUID, action_ids: Iterable[str]) -> frozenset[str]:
+    ids = [uuid.UUID(a) for a in set(action_ids)]
+    if not ids:
+        return frozenset()
+    rows = session.scalars(
+        select(AgentDecision.id).where(
+            AgentDecision.org_id == org_id,
+            AgentDecision.id.in_(ids),
+            AgentDecision.status != DecisionStatus.PROPOSED.value,
+        )
+    )
+    return frozenset(str(r) for r in rows)
+
+
+def promotions(session: Session, org_id: uuid.UUID, threshold: int) -> list[Promotion]:
+    """Action types the owner approved ``threshold`` times in an area whose autonomy is not ``auto``."""
+    approvals = func.count().label("approvals")
+    query = (
+        select(AgentDecision.area, AgentDecision.action_type, approvals)
+        .outerjoin(
+            WorkspaceAutonomy,
+            and_(WorkspaceAutonomy.org_id == AgentDecision.org_id, WorkspaceAutonomy.area == AgentDecision.area),
+        )
+        .where(
+            AgentDecision.org_id == org_id,
+            AgentDecision.decided_at.is_not(None),
+            AgentDecision.status.in_([DecisionStatus.APPROVED.value, DecisionStatus.EXECUTED.value]),
+            func.coalesce(WorkspaceAutonomy.mode, AutonomyMode.PROPOSE.value) != AutonomyMode.AUTO.value,
+        )
+        .group_by(AgentDecision.area, AgentDecision.action_type)
+        .having(func.count() >= threshold)
+    )
+    return [Promotion(area=a, action_type=t, approvals=int(n)) for a, t, n in session.execute(query)]
+
+
+def load_inputs(session: Session, org_id: uuid.UUID, day: date, time_zone: str, catalog: DigestCatalog) -> DayInputs:
+    runs = [RunFact.from_payload(p) for p in _facts(session, org_id, day, BriefFactKind.RUN)]
+    insights = [InsightFact.from_payload(p) for p in _facts(session, org_id, day, BriefFactKind.INSIGHT)]
+    action_ids = [a.action_id for r in runs for a in r.proposed]
+    action_ids += [i.proposed_action.action_id for i in insights if i.proposed_action is not None]
+    prefs = session.scalars(select(WorkspaceHomePrefs).where(WorkspaceHomePrefs.org_id == org_id)).one_or_none()
+    return DayInputs(
+        day=day,
+        time_zone=time_zone,
+        runs=runs,
+        handoffs=_handoffs(session, org_id, day),
+        spend_yesterday_micros=_spend(session, org_id, day - timedelta(days=1)),
+        insights=insights,
+        insight_status=_insight_status(session, org_id, (i.insight_key for i in insights)),
+        decided_actions=_decided(session, org_id, action_ids),
+        promotions=promotions(session, org_id, catalog.promote_after_approvals),
+        todos=open_todo_items(session, org_id),
+        pinned_sections=tuple(prefs.pinned_sections) if prefs else (),
+        pinned_areas=tuple(prefs.pinned_areas) if prefs else (),
+    )
+
+
+def _has_digest(session: Session, org_id: uuid.UUID, day: date) -> bool:
+    found = session.scalar(
+        select(WorkspaceDailyBrief.day).where(WorkspaceDailyBrief.org_id == org_id, WorkspaceDailyBrief.day == day)
+    )
+    return found is not None
+
+
+def write_digest(session: Session, org_id: uuid.UUID, day: date, digest: dict[str, Any]) -> None:
+    stmt = insert(WorkspaceDailyBrief).values(org_id=org_id, day=day, digest=digest)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[WorkspaceDailyBrief.org_id, WorkspaceDailyBrief.day],
+            set_={"digest": stmt.excluded.digest, "updated_at": func.now()},
+            where=WorkspaceDailyBrief.digest.is_distinct_from(stmt.excluded.digest),
+        )
+    )
+
+
+def recompute(
+    session: Session, org_id: uuid.UUID, days: Iterable[date], time_zone: str, catalog: DigestCatalog
+) -> list[date]:
+    """Recompose and store the digests of ``days`` — and of each next day already stored, whose
+    pulse compares with its yesterday. Days are locked in order (no deadlock between replicas)."""
+    touched = set(days)
+    touched |= {d + timedelta(days=1) for d in touched if _has_digest(session, org_id, d + timedelta(days=1))}
+    ordered = sorted(touched)
+    for day in ordered:
+        lock_day(session, org_id, day)
+    for day in ordered:
+        write_digest(session, org_id, day, compose(load_inputs(session, org_id, day, time_zone, catalog), catalog))
+    return ordered

@@ -1,0 +1,202 @@
+"""What the notifier does with each record (no broker code here: ``service.py`` wires the consumer).
+
+- ``run_completed``, completed and not dry, with a reply or queued send-tool intents: claim
+  (committed), send through the session's channel plugin with retries, record the outcome.
+  Any other run (dry, handoff, failed, aborted) sends nothing; its queued intents are
+  marked failed so nothing lingers as "pending".
+- ``handoff_triggered`` (not dry): assign the conversation to humans and notify the org's
+  outgoing webhook.
+- ``insights`` whose key starts with ``budget_incident:``: notify the org's webhook once per key.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from services.notifier.channels import ChannelError, ChannelRegistry, Destination, SendResult
+from services.notifier.channels.webhook import WebhookChannel
+from services.notifier.metrics import MESSAGES_DELIVERED, NOTIFICATIONS, SEND_ATTEMPTS
+from services.notifier.retry import Outcome, RetryPolicy, send_with_retry
+from services.notifier.store import Claimed, Notification, NotifierStore
+from switchboard.contracts import HandoffTriggered, Insight, RunCompleted, RunStatus
+from switchboard.db.models.notifications import NotificationState
+from switchboard.kafka.consumer import Inbound
+from switchboard.observability.logging import get_logger
+
+log = get_logger(__name__)
+
+BUDGET_INCIDENT_PREFIX = "budget_incident:"
+
+Hook = Callable[[Claimed], Awaitable[None]]
+
+
+async def _no_hook(_: Claimed) -> None:
+    return None
+
+
+@dataclass
+class Hooks:
+    """Test seams around the one send: a crash injected here proves what a restart does."""
+
+    after_claim: Hook = _no_hook
+    after_send: Hook = _no_hook
+
+
+class NotifierHandlers:
+    def __init__(
+        self, store: NotifierStore, channels: ChannelRegistry, policy: RetryPolicy, hooks: Hooks | None = None
+    ) -> None:
+        self._store = store
+        self._channels = channels
+        self._policy = policy
+        self._hooks = hooks or Hooks()
+
+    async def handle(self, inbound: Inbound) -> None:
+        """The consumer's handler: route by record type."""
+        record = inbound.value
+        if isinstance(record, RunCompleted):
+            await self.on_run_completed(record)
+        elif isinstance(record, HandoffTriggered):
+            await self.on_handoff(record)
+        elif isinstance(record, Insight):
+            await self.on_insight(record)
+
+    # ------------------------------------------------------------------ customer replies
+
+    async def on_run_completed(self, completed: RunCompleted) -> None:
+        if completed.dry_run:
+            return  # dry runs never reach the customer (the send tool did not even queue)
+        where = {"run_id": str(completed.run_id), "org_id": str(completed.org_id)}
+        if completed.status is not RunStatus.COMPLETED:
+            cancelled = await self._store.cancel_intents(
+                completed.org_id, completed.run_id, f"not_sent_run_{completed.status.value}"
+            )
+            if cancelled:
+                log.info(
+                    "queued messages not sent", extra={**where, "status": completed.status.value, "count": cancelled}
+                )
+            return
+        for claimed in await self._store.claim_run(completed):
+            await self._hooks.after_claim(claimed)
+            outcome = await self._deliver(claimed, where)
+            await self._hooks.after_send(claimed)
+            error = outcome.error
+            channel_name = claimed.route.channel if claimed.route else "none"
+            SEND_ATTEMPTS.labels(channel_name).inc(outcome.attempts)
+            MESSAGES_DELIVERED.labels(channel_name, claimed.kind.value, "sent" if error is None else "failed").inc()
+            await self._store.record_outcome(
+                completed.org_id,
+                completed.run_id,
+                claimed,
+                attempts=outcome.attempts,
+                external_id=outcome.result.external_id if outcome.result else None,
+                error_code=error.code if error else None,
+                error_message=error.message if error else None,
+            )
+            log.info(
+                "message delivered" if error is None else "message not delivered",
+                extra={
+                    **where,
+                    "message_id": str(claimed.message_id),
+                    "kind": claimed.kind.value,
+                    "attempts": outcome.attempts,
+                    "error_code": error.code if error else None,
+                },
+            )
+
+    async def _deliver(self, claimed: Claimed, where: dict[str, str]) -> Outcome:
+        route = claimed.route
+        if route is None:
+            return Outcome(
+                attempts=0,
+                error=ChannelError(claimed.route_error or "no_route", "no channel to send through", transient=False),
+            )
+        try:
+            channel = self._channels.get(route.channel)
+        except ChannelError as exc:
+            return Outcome(attempts=0, error=exc)
+        destination = route.to(claimed.chat_id)
+
+        def send() -> Awaitable[SendResult]:
+            return channel.send(destination, claimed.text, idempotency_key=str(claimed.message_id))
+
+        return await send_with_retry(send, self._policy, what={**where, "channel": route.channel})
+
+    # ------------------------------------------------------------------ humans
+
+    async def on_handoff(self, handoff: HandoffTriggered) -> None:
+        if handoff.dry_run:
+            return  # a test run's handoff assigns nothing and tells no one
+        payload = {
+            "conversation_id": str(handoff.conversation_id),
+            "contact_id": str(handoff.contact_id),
+            "channel_session_id": str(handoff.channel_session_id),
+            "run_id": str(handoff.run_id),
+            "agent_id": str(handoff.agent_id),
+            "reason": handoff.reason,
+            "urgency": handoff.urgency.value,
+            "trigger": handoff.trigger.value,
+            "matched_keyword": handoff.matched_keyword,
+        }
+        notification = await self._store.hand_to_humans(handoff, payload)
+        log.info(
+            "conversation handed to humans",
+            extra={"conversation_id": str(handoff.conversation_id), "run_id": str(handoff.run_id)},
+        )
+        if notification is not None:
+            await self._notify(handoff.org_id, notification)
+
+    async def on_insight(self, insight: Insight) -> None:
+        if not insight.insight_key.startswith(BUDGET_INCIDENT_PREFIX):
+            return
+        payload = {
+            "insight_key": insight.insight_key,
+            "insight_id": str(insight.insight_id),
+            "date": insight.insight_date.isoformat(),
+            "title": insight.title,
+            "body": insight.body,
+            "agent_id": None if insight.agent_id is None else str(insight.agent_id),
+        }
+        notification = await self._store.claim_notification(
+            insight.org_id, f"insight:{insight.insight_key}", "budget.incident", payload
+        )
+        if notification is not None:
+            await self._notify(insight.org_id, notification)
+
+    async def _notify(self, org_id: uuid.UUID, notification: Notification) -> None:
+        """POST the signed event to the org's webhook; at least once per notification row."""
+        destination: Destination | None = await self._store.org_webhook(org_id)
+        if destination is None:
+            await self._store.finish_notification(
+                org_id, notification.id, NotificationState.SKIPPED, attempts=0, error_code="no_webhook"
+            )
+            NOTIFICATIONS.labels(notification.event_type, NotificationState.SKIPPED.value).inc()
+            return
+        document: dict[str, Any] = {
+            "id": str(notification.event_id),
+            "type": notification.event_type,
+            "org_id": str(org_id),
+            "data": notification.payload,
+        }
+        channel = self._channels.get(WebhookChannel.name)
+        body = WebhookChannel.document(document)
+
+        def send() -> Awaitable[SendResult]:
+            return channel.send(destination, body, idempotency_key=str(notification.event_id))
+
+        outcome = await send_with_retry(
+            send, self._policy, what={"org_id": str(org_id), "notification": notification.event_type}
+        )
+        state = NotificationState.SENT if outcome.error is None else NotificationState.FAILED
+        SEND_ATTEMPTS.labels(WebhookChannel.name).inc(outcome.attempts)
+        NOTIFICATIONS.labels(notification.event_type, state.value).inc()
+        await self._store.finish_notification(
+            org_id,
+            notification.id,
+            state,
+            attempts=outcome.attempts,
+            error_code=outcome.error.code if outcome.error else None,
+        )

@@ -1,0 +1,361 @@
+"""All SQL of the notifier. Each public method is one short tenant transaction that commits.
+
+The order of those transactions *is* the delivery guarantee (docs/notifier.md):
+``claim_run`` commits the delivery claims before any channel call, ``record_outcome``
+commits what the channel answered afterwards.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import and_, exists, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from services.notifier.channels import Destination
+from services.notifier.metrics import MESSAGES_DELIVERED
+from switchboard.contracts import HandoffTriggered, RunCompleted
+from switchboard.crypto import CryptoError, KeyRing, Sealed
+from switchboard.db.enums import ConversationStatus, MessageDeliveryStatus, MessageDirection, MessageSender
+from switchboard.db.models import AiAgentRun, ChannelSession, Conversation, Message
+from switchboard.db.models.notifications import (
+    DeliveryKind,
+    DeliveryState,
+    NotificationState,
+    OrgNotification,
+    OrgWebhook,
+    RunDelivery,
+    org_webhook_aad,
+)
+from switchboard.db.session import async_tenant_transaction
+from switchboard.observability.scrubbing import scrub_text
+from switchboard.rotation import channel_session_aad
+
+ERROR_MESSAGE_LIMIT = 500
+
+
+def reply_dedupe_key(run_id: uuid.UUID) -> str:
+    """The reply of a run is one ``messages`` row, whatever the number of deliveries of its event."""
+    return f"run-reply:{run_id}"
+
+
+@dataclass(frozen=True)
+class Route:
+    """How to reach a channel session: the plugin name and its destination (chat id still blank)."""
+
+    channel: str
+    session: Destination
+
+    def to(self, chat_id: str) -> Destination:
+        return replace(self.session, chat_id=chat_id)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """An outbound message this process now owns the one send of."""
+
+    message_id: uuid.UUID
+    kind: DeliveryKind
+    text: str
+    chat_id: str
+    route: Route | None
+    # Why there is no route (deleted session, key that does not open): recorded as a permanent failure.
+    route_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Notification:
+    id: uuid.UUID
+    event_id: uuid.UUID
+    event_type: str
+    payload: dict[str, Any]
+
+
+class NotifierStore:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], keyring: KeyRing, *, waha_base_url: str) -> None:
+        self._sessions = sessions
+        self._keyring = keyring
+        self._waha_base_url = waha_base_url
+
+    # ------------------------------------------------------------------ customer messages
+
+    async def claim_run(self, completed: RunCompleted) -> list[Claimed]:
+        """Record the reply, then claim it and the run's queued intents; commit before any send.
+
+        A message whose claim already exists is not returned (another delivery of the same
+        event handled it); a claim left ``sending`` by a process that stopped mid-send becomes
+        ``unknown`` here — it is never sent again.
+        """
+        org_id = completed.org_id
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            reply_id = await self._record_reply(session, completed)
+            candidates = await self._intents(session, org_id, completed.run_id)
+            if reply_id is not None:
+                reply = await session.get_one(Message, reply_id)
+                target = completed.would_send_to
+                assert target is not None  # _record_reply returned an id
+                candidates.append((reply, DeliveryKind.REPLY, target.chat_id))
+            routes: dict[uuid.UUID, tuple[Route | None, str | None]] = {}
+            claimed: list[Claimed] = []
+            for message, kind, chat_id in candidates:
+                if message.channel_session_id not in routes:
+                    routes[message.channel_session_id] = await self._route(session, org_id, message.channel_session_id)
+                route, route_error = routes[message.channel_session_id]
+                won = await session.scalar(
+                    insert(RunDelivery)
+                    .values(
+                        org_id=org_id,
+                        run_id=completed.run_id,
+                        message_id=message.id,
+                        kind=kind.value,
+                        channel=route.channel if route else "none",
+                        status=DeliveryState.SENDING.value,
+                    )
+                    .on_conflict_do_nothing(index_elements=[RunDelivery.message_id])
+                    .returning(RunDelivery.id)
+                )
+                if won is None:
+                    interrupted = await session.execute(
+                        update(RunDelivery)
+                        .where(
+                            RunDelivery.message_id == message.id,
+                            RunDelivery.status == DeliveryState.SENDING.value,
+                        )
+                        .values(status=DeliveryState.UNKNOWN.value, error_code="interrupted")
+                    )
+                    if getattr(interrupted, "rowcount", 0):
+                        MESSAGES_DELIVERED.labels(route.channel if route else "none", kind.value, "unknown").inc()
+                    continue
+                claimed.append(Claimed(message.id, kind, message.body, chat_id, route, route_error))
+        return claimed
+
+    async def _record_reply(self, session: AsyncSession, completed: RunCompleted) -> uuid.UUID | None:
+        target = completed.would_send_to
+        text = (completed.final_text or "").strip()
+        if target is None or not text:
+            return None
+        key = reply_dedupe_key(completed.run_id)
+        await session.execute(
+            insert(Message)
+            .values(
+                org_id=completed.org_id,
+                conversation_id=completed.conversation_id,
+                channel_session_id=target.channel_session_id,
+                direction=MessageDirection.OUTBOUND.value,
+                sender=MessageSender.AGENT.value,
+                dedupe_key=key,
+                body=text,
+                delivery_status=MessageDeliveryStatus.PENDING.value,
+                run_id=completed.run_id,
+                attributes={"kind": DeliveryKind.REPLY.value, "agent_id": str(completed.agent_id)},
+            )
+            .on_conflict_do_nothing(index_elements=[Message.channel_session_id, Message.dedupe_key])
+        )
+        return await session.scalar(
+            select(Message.id).where(
+                Message.org_id == completed.org_id,
+                Message.channel_session_id == target.channel_session_id,
+                Message.dedupe_key == key,
+            )
+        )
+
+    async def _intents(
+        self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID
+    ) -> list[tuple[Message, DeliveryKind, str]]:
+        """Outbound messages the agent's send tool queued during the run, oldest first."""
+        rows = await session.execute(
+            select(Message, Conversation.chat_id)
+            .join(Conversation, Conversation.id == Message.conversation_id)
+            .where(
+                Message.org_id == org_id,
+                Message.run_id == run_id,
+                Message.direction == MessageDirection.OUTBOUND.value,
+                Message.delivery_status == MessageDeliveryStatus.PENDING.value,
+                Message.dedupe_key.is_distinct_from(reply_dedupe_key(run_id)),
+            )
+            .order_by(Message.created_at, Message.id)
+        )
+        return [(message, DeliveryKind.INTENT, chat_id) for message, chat_id in rows.all()]
+
+    async def _route(
+        self, session: AsyncSession, org_id: uuid.UUID, channel_session_id: uuid.UUID
+    ) -> tuple[Route | None, str | None]:
+        row = await session.scalar(
+            select(ChannelSession).where(ChannelSession.org_id == org_id, ChannelSession.id == channel_session_id)
+        )
+        if row is None:
+            return None, "channel_session_missing"
+        secret: str | None = None
+        if row.api_key_ciphertext is not None:
+            assert row.api_key_iv is not None and row.api_key_tag is not None and row.api_key_key_id is not None
+            sealed = Sealed(
+                bytes(row.api_key_ciphertext), bytes(row.api_key_iv), bytes(row.api_key_tag), row.api_key_key_id
+            )
+            try:
+                secret = self._keyring.open(sealed, aad=channel_session_aad("api_key", org_id, row.id)).decode()
+            except CryptoError:
+                return None, "channel_api_key_unreadable"
+        return Route(
+            row.provider, Destination(row.base_url or self._waha_base_url, row.external_session, "", secret)
+        ), None
+
+    async def record_outcome(
+        self,
+        org_id: uuid.UUID,
+        run_id: uuid.UUID,
+        claimed: Claimed,
+        *,
+        attempts: int,
+        external_id: str | None,
+        error_code: str | None,
+        error_message: str | None,
+    ) -> None:
+        """What the channel answered, on the claim, the message and (for the reply) the run."""
+        delivered = error_code is None
+        now = datetime.now(UTC)
+        message = None if error_message is None else scrub_text(error_message)[:ERROR_MESSAGE_LIMIT]
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            await session.execute(
+                update(RunDelivery)
+                .where(RunDelivery.org_id == org_id, RunDelivery.message_id == claimed.message_id)
+                .values(
+                    status=(DeliveryState.SENT if delivered else DeliveryState.FAILED).value,
+                    attempts=attempts,
+                    external_id=external_id,
+                    error_code=error_code,
+                    error_message=message,
+                    completed_at=now,
+                )
+            )
+            values: dict[str, Any] = {
+                "delivery_status": (MessageDeliveryStatus.SENT if delivered else MessageDeliveryStatus.FAILED).value,
+                "delivery_error": error_code,
+            }
+            await session.execute(
+                update(Message).where(Message.org_id == org_id, Message.id == claimed.message_id).values(**values)
+            )
+            if external_id is not None:
+                # WAHA echoes our own message as a webhook; ingest may have stored that echo first.
+                other = Message.__table__.alias("other")
+                await session.execute(
+                    update(Message)
+                    .where(
+                        Message.org_id == org_id,
+                        Message.id == claimed.message_id,
+                        ~exists().where(
+                            and_(
+                                other.c.channel_session_id == Message.channel_session_id,
+                                other.c.external_id == external_id,
+                            )
+                        ),
+                    )
+                    .values(external_id=external_id)
+                )
+            if claimed.kind is DeliveryKind.REPLY:
+                await session.execute(
+                    update(AiAgentRun)
+                    .where(AiAgentRun.org_id == org_id, AiAgentRun.id == run_id)
+                    .values(outbound_message_id=claimed.message_id)
+                )
+
+    async def cancel_intents(self, org_id: uuid.UUID, run_id: uuid.UUID, reason: str) -> int:
+        """Queued intents of a run that must not be sent (handoff, failure): marked failed, never claimed."""
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            result = await session.execute(
+                update(Message)
+                .where(
+                    Message.org_id == org_id,
+                    Message.run_id == run_id,
+                    Message.direction == MessageDirection.OUTBOUND.value,
+                    Message.delivery_status == MessageDeliveryStatus.PENDING.value,
+                    ~exists().where(RunDelivery.message_id == Message.id),
+                )
+                .values(delivery_status=MessageDeliveryStatus.FAILED.value, delivery_error=reason)
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
+
+    # ------------------------------------------------------------------ humans
+
+    async def hand_to_humans(self, handoff: HandoffTriggered, payload: dict[str, Any]) -> Notification | None:
+        """Assign the conversation to humans and create the handoff notification, atomically.
+
+        The notification row doubles as the receipt of the handoff: a redelivered event (even
+        after a human handed the conversation back) finds it and changes nothing. Returns the
+        notification still to send, or None when it was already sent or given up on.
+        """
+        org_id = handoff.org_id
+        key = f"handoff:{handoff.run_id}"
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            created = await self._insert_notification(session, org_id, key, "conversation.handoff", payload)
+            if created:
+                await session.execute(
+                    update(Conversation)
+                    .where(Conversation.org_id == org_id, Conversation.id == handoff.conversation_id)
+                    .values(
+                        status=ConversationStatus.HANDOFF.value,
+                        handoff_at=datetime.now(UTC),
+                        assigned_user_id=None,
+                    )
+                )
+            return await self._pending_notification(session, org_id, key)
+
+    async def claim_notification(
+        self, org_id: uuid.UUID, dedupe_key: str, event_type: str, payload: dict[str, Any]
+    ) -> Notification | None:
+        """The notification for ``dedupe_key`` if it still has to be sent (created on first sight)."""
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            await self._insert_notification(session, org_id, dedupe_key, event_type, payload)
+            return await self._pending_notification(session, org_id, dedupe_key)
+
+    async def _insert_notification(
+        self, session: AsyncSession, org_id: uuid.UUID, key: str, event_type: str, payload: dict[str, Any]
+    ) -> bool:
+        inserted = await session.scalar(
+            insert(OrgNotification)
+            .values(org_id=org_id, dedupe_key=key, event_type=event_type, event_id=uuid.uuid4(), payload=payload)
+            .on_conflict_do_nothing(index_elements=[OrgNotification.org_id, OrgNotification.dedupe_key])
+            .returning(OrgNotification.id)
+        )
+        return inserted is not None
+
+    async def _pending_notification(self, session: AsyncSession, org_id: uuid.UUID, key: str) -> Notification | None:
+        row = await session.scalar(
+            select(OrgNotification).where(OrgNotification.org_id == org_id, OrgNotification.dedupe_key == key)
+        )
+        if row is None or row.status != NotificationState.PENDING.value:
+            return None
+        return Notification(row.id, row.event_id, row.event_type, dict(row.payload))
+
+    async def org_webhook(self, org_id: uuid.UUID) -> Destination | None:
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            row = await session.scalar(select(OrgWebhook).where(OrgWebhook.org_id == org_id))
+        if row is None:
+            return None
+        sealed = Sealed(bytes(row.secret_ciphertext), bytes(row.secret_iv), bytes(row.secret_tag), row.secret_key_id)
+        secret = self._keyring.open(sealed, aad=org_webhook_aad(org_id, row.id)).decode()
+        return Destination(base_url=row.url, session="", chat_id="", secret=secret)
+
+    async def finish_notification(
+        self,
+        org_id: uuid.UUID,
+        notification_id: uuid.UUID,
+        state: NotificationState,
+        *,
+        attempts: int,
+        error_code: str | None,
+    ) -> None:
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            await session.execute(
+                update(OrgNotification)
+                .where(OrgNotification.org_id == org_id, OrgNotification.id == notification_id)
+                .values(
+                    status=state.value,
+                    attempts=OrgNotification.attempts + attempts,
+                    error_code=error_code,
+                    sent_at=datetime.now(UTC) if state is NotificationState.SENT else None,
+                )
+            )

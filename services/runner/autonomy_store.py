@@ -1,0 +1,157 @@
+"""Every SQL statement of the runner's autonomy gate (docs/autonomy.md).
+
+Each method is one short tenant transaction. A proposal writes its
+``agent_decisions`` row, its ``workspace_insights`` row and the ``insights``
+record (outbox) atomically; the decision id is derived from the run and the
+tool call, so a redelivered run writes nothing twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import exists, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from switchboard.autonomy import AutonomySettings, InsightNote, load_settings, publish_insight
+from switchboard.contracts import Action, RunRequested, Serde
+from switchboard.contracts.enums import InsightKind
+from switchboard.db.enums import AWAITING_APPROVAL, AutonomyMode, DecisionStatus
+from switchboard.db.models import AiAgentRun, AiAgentVersion
+from switchboard.db.models.autonomy import AgentDecision
+from switchboard.db.session import async_tenant_transaction
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeDecision:
+    """The owner's decision on the write that parked a run, as the resumed run needs it."""
+
+    decision_id: uuid.UUID
+    status: DecisionStatus
+    proposed_action: dict[str, Any]
+    execution_result: dict[str, Any] | None
+    rationale: str | None
+
+
+class AutonomyStore:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], serde: Serde) -> None:
+        self._sessions = sessions
+        self._serde = serde
+
+    async def load(self, request: RunRequested) -> tuple[AutonomySettings, bool, ResumeDecision | None]:
+        """The org's settings, the version's pause flag, and the decision this run resumes after (if any)."""
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            settings = await session.run_sync(lambda s: load_settings(s, request.org_id))
+            pause = await session.scalar(
+                select(AiAgentVersion.pause_on_proposal).where(
+                    AiAgentVersion.org_id == request.org_id, AiAgentVersion.id == request.version_id
+                )
+            )
+            resume = None
+            parked_run_id = request.wake_context.run_id
+            if parked_run_id is not None:
+                row = await session.scalar(
+                    select(AgentDecision)
+                    .where(
+                        AgentDecision.org_id == request.org_id,
+                        AgentDecision.run_id == parked_run_id,
+                        AgentDecision.status != DecisionStatus.PROPOSED.value,
+                        AgentDecision.proposed_action["pause"].as_boolean().is_(True),
+                    )
+                    .order_by(AgentDecision.created_at)
+                    .limit(1)
+                )
+                if row is not None:
+                    resume = ResumeDecision(
+                        decision_id=row.id,
+                        status=DecisionStatus(row.status),
+                        proposed_action=dict(row.proposed_action),
+                        execution_result=row.execution_result,
+                        rationale=row.rationale,
+                    )
+        return settings, bool(pause), resume
+
+    async def propose(self, request: RunRequested, action: Action, proposed: dict[str, Any], title: str) -> None:
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            if not await _insert_decision(session, request, action, proposed, AutonomyMode.PROPOSE):
+                return  # a redelivered run: recorded already
+            note = InsightNote(
+                org_id=request.org_id,
+                key=f"decision:{action.action_id}",
+                kind=InsightKind.PROPOSED_ACTION,
+                area=action.area,
+                title=title,
+                body=action.summary,
+                day=datetime.now(UTC).date(),
+                decision_id=action.action_id,
+                proposed_action=action,
+                run_id=request.run_id,
+                agent_id=request.agent_id,
+                conversation_id=request.conversation_id,
+                request_id=request.request_id,
+            )
+            await session.run_sync(lambda s: publish_insight(s, self._serde, note))
+
+    async def executed(
+        self, request: RunRequested, action: Action, proposed: dict[str, Any], result: dict[str, Any]
+    ) -> None:
+        """An ``auto`` action that ran: recorded with its result and how to undo it."""
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            await _insert_decision(session, request, action, proposed, AutonomyMode.AUTO, result=result)
+
+    async def park(self, request: RunRequested, abort_reason: str) -> bool:
+        """Mark the closed run ``awaiting_approval`` while its proposal is still undecided."""
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            undecided = exists().where(
+                AgentDecision.org_id == request.org_id,
+                AgentDecision.run_id == request.run_id,
+                AgentDecision.status == DecisionStatus.PROPOSED.value,
+            )
+            parked = await session.scalar(
+                update(AiAgentRun)
+                .where(
+                    AiAgentRun.org_id == request.org_id,
+                    AiAgentRun.id == request.run_id,
+                    AiAgentRun.abort_reason == abort_reason,
+                    undecided,
+                )
+                .values(status=AWAITING_APPROVAL)
+                .returning(AiAgentRun.id)
+            )
+        return parked is not None
+
+
+async def _insert_decision(
+    session: AsyncSession,
+    request: RunRequested,
+    action: Action,
+    proposed: dict[str, Any],
+    tier: AutonomyMode,
+    *,
+    result: dict[str, Any] | None = None,
+) -> bool:
+    """The ``agent_decisions`` row of an action (id = action id); False if it exists already."""
+    executed = tier is AutonomyMode.AUTO
+    inserted = await session.scalar(
+        insert(AgentDecision)
+        .values(
+            id=action.action_id,
+            org_id=request.org_id,
+            run_id=request.run_id,
+            agent_id=request.agent_id,
+            area=action.area,
+            action_type=action.action_type,
+            proposed_action=proposed,
+            autonomy_tier=tier.value,
+            status=(DecisionStatus.EXECUTED if executed else DecisionStatus.PROPOSED).value,
+            executed_at=(action.executed_at or datetime.now(UTC)) if executed else None,
+            execution_result=result,
+        )
+        .on_conflict_do_nothing()
+        .returning(AgentDecision.id)
+    )
+    return inserted is not None

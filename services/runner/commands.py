@@ -1,0 +1,33 @@
+"""Slash commands inside a run [002 "I comandi slash"]: what the runner does before any model call.
+
+A known command written wrongly (``/goal --budget abc``, ``/todo`` without text)
+is answered at once with the parser's message — a clear reply, never a crash, a
+silent drop or a model guessing what was meant. The run completes with that
+reply as its final text (the notifier sends it like any answer) and no model
+call; the parser's stable code is in the run's summary.
+
+Well-formed commands are not acted upon here yet (``/plan``, ``/goal``, ``/loop``,
+skills: docs/agent-context.md "Not done yet"); they reach the model as text.
+"""
+
+from __future__ import annotations
+
+from services.runner.outcome import LoopOutcome, OutcomeKind
+from services.runner.subject import RunSubject
+from switchboard.slash_commands import ParseError, parse
+
+
+def malformed_command_reply(subject: RunSubject) -> LoopOutcome | None:
+    """The run's outcome when its inbound text is a malformed known command; None otherwise."""
+    text = subject.inbound_text
+    if not text.lstrip().startswith("/"):
+        return None
+    try:
+        parse(text, skills=subject.version.skills)
+    except ParseError as exc:
+        return LoopOutcome(
+            OutcomeKind.ANSWERED,
+            final_text=exc.message,
+            summary=f"Answered a malformed slash command ({exc.code}) without calling the model.",
+        )
+    return None

@@ -1,0 +1,294 @@
+"""The thread summary, kept up to date in the background [003 step 6] — never delaying a reply.
+
+**Who runs it: the runner, after a run finished.** When ``RunExecutor`` has recorded a run's
+end (terminal row, ``run_completed`` in the outbox), it hands the run to
+:meth:`ThreadSummarizer.after_run`, which starts a *separate* low-priority task and returns
+at once: the reply's run is complete before the job even begins, and the job holds no
+in-flight slot (``RUNNER_MAX_IN_FLIGHT``) — at most :data:`MAX_CONCURRENT_JOBS` run per
+process, others wait for a slot. It uses the run's own provider, model and resolved key,
+through the same ``ModelProvider`` interface, with a summarization prompt; the request is
+sealed by a :class:`Pseudonymizer` like every request (no raw PII reaches a provider), and the
+answer is revealed before it is stored (the stored summary is pseudonymized again by the
+next run that shows it).
+
+**When.** Only once the conversation outgrew its window: the messages older than what the
+next prompt would show (the version's message, token and 50,000-character windows,
+``context.history_window``) and newer than what the summary already covers are folded
+into it, oldest first, at most :data:`MAX_BATCH_MESSAGES` per job (the next run continues).
+The row records the newest message covered, so a job never summarizes a message twice;
+two jobs racing on one conversation (runs finishing on two runners) are serialized by the
+row lock, and the one that reaches less far is dropped.
+
+The text is stored in ``conversation_summaries`` (with its coverage, tokens and the run that
+started it) and mirrored to ``conversations.summary``, which the prompt's **Memory** layer
+shows. A job that fails is logged and forgotten: the next finished run tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+
+from sqlalchemy import select, tuple_, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from services.runner.budget import ModelPrice
+from services.runner.context import history_window
+from services.runner.pii import Pseudonymizer
+from services.runner.providers import ProviderRegistry
+from services.runner.providers.base import (
+    CredentialSource,
+    ModelRequest,
+    ProviderAccess,
+    SystemLayer,
+    TokenUsage,
+    UserMessage,
+)
+from services.runner.providers.demo import SUMMARY_TASK
+from services.runner.subject import HistoryItem, RunSubject
+from switchboard.db.models import Conversation, Message
+from switchboard.db.models.memory import ConversationSummary
+from switchboard.db.session import async_tenant_transaction
+from switchboard.db.usage import add_token_usage
+from switchboard.observability.logging import get_logger
+
+log = get_logger(__name__)
+
+MAX_CONCURRENT_JOBS: Final = 2
+MAX_BATCH_MESSAGES: Final = 200
+MAX_BATCH_CHARS: Final = 40_000
+MAX_MESSAGE_CHARS: Final = 2_000
+MAX_SUMMARY_CHARS: Final = 4_000
+SUMMARY_OUTPUT_TOKENS: Final = 800
+
+INSTRUCTIONS: Final = (
+    "Update the running summary of a WhatsApp conversation between a customer and a business's agent. "
+    "Merge the previous summary (if any) with the new messages below. Write at most 15 short lines, in the "
+    "conversation's language: who the customer is, what they asked, what was promised or decided, what is still "
+    "open. Keep values like <contact_1>, <email_1> or <phone_1> exactly as written. Output only the summary."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """How far the stored summary reaches (keyset of its newest message)."""
+
+    summary: str | None
+    through: tuple[datetime, uuid.UUID] | None
+    covered: int
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryJob:
+    """What a job needs of the finished run."""
+
+    subject: RunSubject
+    access: ProviderAccess | None
+
+
+PriceOf = Callable[[str, str], Awaitable[ModelPrice]]
+
+
+def transcript(items: list[HistoryItem]) -> str:
+    """The messages as labeled lines, oldest first (``Customer:`` / ``Agent:``), each clipped."""
+    return "\n".join(
+        f"{'Customer' if i.direction == 'inbound' else 'Agent'}: {' '.join(i.text.split())[:MAX_MESSAGE_CHARS]}"
+        for i in items
+    )
+
+
+def summary_request(model: str, previous: str | None, items: list[HistoryItem]) -> ModelRequest:
+    """The summarization prompt (unsealed): the task, the previous summary, the new messages."""
+    system = [SystemLayer(SUMMARY_TASK, INSTRUCTIONS)]
+    if previous:
+        system.append(SystemLayer("Previous summary", previous))
+    return ModelRequest(
+        model=model,
+        system=tuple(system),
+        messages=(UserMessage(f"New messages:\n{transcript(items)}"),),
+        tools=(),
+        max_output_tokens=SUMMARY_OUTPUT_TOKENS,
+    )
+
+
+class ThreadSummarizer:
+    """Starts summary jobs after runs and stops them at shutdown (``close``)."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        providers: ProviderRegistry,
+        *,
+        price: PriceOf,
+        call_timeout_s: float,
+        max_concurrent: int = MAX_CONCURRENT_JOBS,
+    ) -> None:
+        self._sessions = sessions
+        self._providers = providers
+        self._price = price
+        self._call_timeout_s = call_timeout_s
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def after_run(self, subject: RunSubject, access: ProviderAccess | None) -> None:
+        """Start the job for a finished run, without waiting for it."""
+        if subject.conversation is None or subject.request.dry_run:
+            return
+        task = asyncio.create_task(self._guarded(SummaryJob(subject, access)), name="thread-summary")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Cancel pending jobs (a missed summary is made after the conversation's next run)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def wait_idle(self) -> None:
+        """Tests: until every started job ended."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _guarded(self, job: SummaryJob) -> None:
+        request = job.subject.request
+        try:
+            async with self._slots:
+                await self.summarize(job)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a provider or database failure: the next run tries again
+            log.warning(
+                "thread summary failed",
+                extra={"run_id": str(request.run_id), "error": type(exc).__name__},
+                exc_info=True,
+            )
+
+    async def summarize(self, job: SummaryJob) -> bool:
+        """One job: fold the messages that left the window into the summary. False: nothing to do."""
+        subject = job.subject
+        version = subject.version
+        coverage, batch = await self._pending(subject)
+        if not batch:
+            return False
+        provider = self._providers.get(version.provider)
+        if provider.requires_key and (job.access is None or not job.access.api_key):
+            return False
+        pii = Pseudonymizer(names=[subject.conversation.contact_name if subject.conversation else None])
+        sealed = pii.seal(summary_request(version.model, coverage.summary, batch))
+        response = await provider.complete(
+            sealed, job.access or ProviderAccess(CredentialSource.NONE, None), timeout_s=self._call_timeout_s
+        )
+        text = pii.reveal(response.text).strip()[:MAX_SUMMARY_CHARS]
+        if not text:
+            return False
+        return await self._store(job, coverage, batch, text, response.usage)
+
+    async def _pending(self, subject: RunSubject) -> tuple[Coverage, list[HistoryItem]]:
+        """The stored coverage and the messages to fold in: older than the window, newer than the summary."""
+        request, version = subject.request, subject.version
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            row = await session.scalar(
+                select(ConversationSummary).where(
+                    ConversationSummary.org_id == request.org_id,
+                    ConversationSummary.conversation_id == request.conversation_id,
+                )
+            )
+            coverage = (
+                Coverage(row.summary, (row.through_occurred_at, row.through_message_id), row.messages_covered)
+                if row
+                else Coverage(None, None, 0)
+            )
+            base = select(Message.id, Message.direction, Message.body, Message.occurred_at).where(
+                Message.org_id == request.org_id, Message.conversation_id == request.conversation_id
+            )
+            recent = [
+                HistoryItem(r.id, r.direction, r.body or "", r.occurred_at)
+                for r in await session.execute(
+                    base.order_by(Message.occurred_at.desc(), Message.id.desc()).limit(
+                        version.history_message_window + 1
+                    )
+                )
+            ]
+            window = history_window(
+                recent, messages=version.history_message_window, tokens=version.history_token_window
+            )
+            if not window.older_exist:
+                return coverage, []
+            start = (window.kept[0].occurred_at, window.kept[0].message_id) if window.kept else None
+            query = base.order_by(Message.occurred_at, Message.id).limit(MAX_BATCH_MESSAGES)
+            if start is not None:
+                query = query.where(tuple_(Message.occurred_at, Message.id) < tuple_(*start))
+            if coverage.through is not None:
+                query = query.where(tuple_(Message.occurred_at, Message.id) > tuple_(*coverage.through))
+            rows = (await session.execute(query)).all()
+        batch: list[HistoryItem] = []
+        used = 0
+        for r in rows:
+            used += min(len(r.body or ""), MAX_MESSAGE_CHARS)
+            if batch and used > MAX_BATCH_CHARS:
+                break
+            batch.append(HistoryItem(r.id, r.direction, r.body or "", r.occurred_at))
+        return coverage, batch
+
+    async def _store(
+        self, job: SummaryJob, coverage: Coverage, batch: list[HistoryItem], text: str, usage: TokenUsage
+    ) -> bool:
+        request, version = job.subject.request, job.subject.version
+        last = batch[-1]
+        through = (last.occurred_at, last.message_id)
+        cost = (await self._price(version.provider, version.model)).cost(usage) if usage.total else 0
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            current = await session.scalar(
+                select(ConversationSummary)
+                .where(
+                    ConversationSummary.org_id == request.org_id,
+                    ConversationSummary.conversation_id == request.conversation_id,
+                )
+                .with_for_update()
+            )
+            if current is not None and (current.through_occurred_at, current.through_message_id) >= through:
+                return False  # another job got at least as far
+            values = {
+                "summary": text,
+                "through_occurred_at": through[0],
+                "through_message_id": through[1],
+                "messages_covered": coverage.covered + len(batch),
+                "source_run_id": request.run_id,
+                "provider": version.provider,
+                "model": version.model,
+                "tokens_in": usage.all_input,
+                "tokens_out": usage.output_tokens,
+            }
+            await session.execute(
+                insert(ConversationSummary)
+                .values(org_id=request.org_id, conversation_id=request.conversation_id, **values)
+                .on_conflict_do_update(
+                    index_elements=[ConversationSummary.conversation_id],
+                    set_={**values, "revision": ConversationSummary.revision + 1, "updated_at": _now()},
+                )
+            )
+            await session.execute(
+                update(Conversation)
+                .where(Conversation.org_id == request.org_id, Conversation.id == request.conversation_id)
+                .values(summary=text)
+            )
+            if usage.total:
+                await session.run_sync(
+                    lambda s: add_token_usage(
+                        s, request.org_id, _now(), usage.all_input, usage.output_tokens, cost, runs=0
+                    )
+                )
+        log.info(
+            "thread summary updated",
+            extra={"run_id": str(request.run_id), "conversation_id": str(request.conversation_id)},
+        )
+        return True
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

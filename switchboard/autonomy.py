@@ -1,0 +1,148 @@
+"""Autonomy policy shared by the runner and the API [000 §3]: what a write tool may do.
+
+Each org and area has a mode: ``off`` (the area's write tools are not offered),
+``propose`` (the default: the write becomes a proposed action for the owner) or
+``auto`` (executed and recorded). The org's kill switch and an area's kill switch
+force ``off``. After the owner approved the same action type
+``PROMOTE_AFTER_APPROVALS`` times, the system *suggests* ``auto`` — never switches.
+The functions here are pure except :func:`load_settings` (one query, RLS-scoped).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from enum import StrEnum
+from typing import Final
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from switchboard.contracts import Serde, Topics
+from switchboard.contracts.enums import InsightKind
+from switchboard.contracts.records import Action, Insight, SuggestedAction
+from switchboard.db.enums import AutonomyMode
+from switchboard.db.insights import upsert_insight
+from switchboard.db.models import Organization
+from switchboard.db.models.autonomy import WorkspaceAutonomy
+from switchboard.db.outbox import enqueue_record
+from switchboard.tool_catalog import gated_area
+
+DEFAULT_MODE: Final = AutonomyMode.PROPOSE
+PROMOTE_AFTER_APPROVALS: Final = 3
+
+
+class Gate(StrEnum):
+    """What happens to one tool call."""
+
+    RUN = "run"  # a read tool or an ungated write: runs as usual
+    HIDDEN = "hidden"  # area off: never offered; a call to it anyway is refused
+    PROPOSE = "propose"  # recorded for the owner's approval, not executed
+    EXECUTE = "execute"  # runs, recorded as an executed action
+
+
+@dataclass(frozen=True, slots=True)
+class AutonomySettings:
+    """An org's autonomy: per-area modes as stored, the kill switches."""
+
+    org_kill_switch: bool = False
+    modes: Mapping[str, AutonomyMode] = field(default_factory=dict)
+    killed_areas: frozenset[str] = frozenset()
+
+    def mode(self, area: str) -> AutonomyMode:
+        """The effective mode: a kill switch wins, an area never set is ``propose``."""
+        if self.org_kill_switch or area in self.killed_areas:
+            return AutonomyMode.OFF
+        return self.modes.get(area, DEFAULT_MODE)
+
+    def gate(self, tool_name: str) -> Gate:
+        area = gated_area(tool_name)
+        if area is None:
+            return Gate.RUN
+        return {AutonomyMode.OFF: Gate.HIDDEN, AutonomyMode.PROPOSE: Gate.PROPOSE, AutonomyMode.AUTO: Gate.EXECUTE}[
+            self.mode(area)
+        ]
+
+    def offered(self, granted: Iterable[str]) -> tuple[str, ...]:
+        """The granted tools minus the write tools of areas that are off."""
+        return tuple(name for name in granted if self.gate(name) is not Gate.HIDDEN)
+
+
+def promotion_due(approvals: int, current_mode: AutonomyMode) -> bool:
+    """Suggest ``auto`` exactly when the approval count reaches the threshold while the area proposes."""
+    return approvals == PROMOTE_AFTER_APPROVALS and current_mode is AutonomyMode.PROPOSE
+
+
+def load_settings(session: Session, org_id: uuid.UUID) -> AutonomySettings:
+    """The org's settings in one round trip per table (the session's tenant must be ``org_id``)."""
+    kill = session.scalar(select(Organization.autonomy_kill_switch).where(Organization.id == org_id))
+    rows = session.execute(
+        select(WorkspaceAutonomy.area, WorkspaceAutonomy.mode, WorkspaceAutonomy.kill_switch).where(
+            WorkspaceAutonomy.org_id == org_id
+        )
+    ).all()
+    return AutonomySettings(
+        org_kill_switch=bool(kill),
+        modes={r.area: AutonomyMode(r.mode) for r in rows},
+        killed_areas=frozenset(r.area for r in rows if r.kill_switch),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class InsightNote:
+    """One Home to-do item: a proposed action or a promote-to-auto suggestion."""
+
+    org_id: uuid.UUID
+    key: str
+    kind: InsightKind
+    area: str
+    title: str
+    body: str
+    day: date
+    decision_id: uuid.UUID | None = None
+    proposed_action: Action | None = None
+    suggested_actions: tuple[SuggestedAction, ...] = ()
+    run_id: uuid.UUID | None = None
+    agent_id: uuid.UUID | None = None
+    conversation_id: uuid.UUID | None = None
+    request_id: str | None = None
+
+
+def publish_insight(session: Session, serde: Serde, note: InsightNote) -> uuid.UUID:
+    """Upsert the ``workspace_insights`` row and put the ``insights`` record in the outbox, atomically.
+
+    Idempotent on ``note.key``: a second call refreshes the row and keeps the owner's status."""
+    row = upsert_insight(
+        session,
+        org_id=note.org_id,
+        dedupe_key=note.key,
+        area=note.area,
+        title=note.title,
+        body=note.body,
+        kind=note.kind,
+        suggested_actions=[s.model_dump(mode="json") for s in note.suggested_actions],
+        insight_date=note.day,
+        run_id=note.run_id,
+        agent_decision_id=note.decision_id,
+    )
+    record = Insight(
+        org_id=note.org_id,
+        request_id=note.request_id,
+        insight_id=row.id,
+        insight_key=note.key,
+        insight_date=note.day,
+        kind=note.kind,
+        area=note.area,
+        title=note.title,
+        body=note.body,
+        status=row.status,
+        suggested_actions=note.suggested_actions,
+        proposed_action=note.proposed_action,
+        agent_id=note.agent_id,
+        run_id=note.run_id,
+        conversation_id=note.conversation_id,
+    )
+    enqueue_record(session, Topics.INSIGHTS, record, serde=serde)
+    return row.id

@@ -1,0 +1,128 @@
+"""Budgets after the fact, end to end through the real topics: the soft threshold records one
+warning, exhaustion one hard incident and pauses the agent (audited as the system, announced
+as a ``published`` paused record in the outbox), and reprocessing never duplicates anything."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+import pytest
+from sqlalchemy import select
+
+from switchboard.contracts import Serde, Topics
+from switchboard.contracts.enums import PublishedChange
+from switchboard.contracts.records import RunCompleted
+from switchboard.db.models.agents import AiAgent
+from switchboard.db.models.audit import AuditLogEntry
+from switchboard.db.models.autonomy import WorkspaceInsight
+from switchboard.db.models.brief import BriefFact
+from switchboard.db.models.budgets import BudgetIncident
+from switchboard.db.models.outbox import OutboxEvent
+from switchboard.db.usage import add_agent_usage
+from switchboard.kafka.producer import RecordProducer
+from switchboard.settings import KafkaSettings
+from tests.integration.brief.scene import Scene, make_scene, run_completed, running_brief, stored_digest, wait_for
+from tests.support.agents import tenant_session
+from tests.support.stack import StackEndpoints
+
+pytestmark = pytest.mark.integration
+
+MONTH = date(2026, 10, 1)
+CAP = 1_000_000  # the agent's own monthly figure: $1.00
+
+
+def _spend(scene: Scene, cost: int) -> None:
+    """What the runner does in its finish transaction (the brief only reads it)."""
+    with tenant_session(scene.org) as session:
+        add_agent_usage(session, scene.org_id, scene.agent_id, MONTH, 1000, 100, cost)
+
+
+def _incidents(scene: Scene) -> list[tuple[str, str]]:
+    with tenant_session(scene.org) as session:
+        rows = session.scalars(select(BudgetIncident).where(BudgetIncident.org_id == scene.org_id))
+        return sorted((r.severity, r.action_taken) for r in rows)
+
+
+def _outbox(scene: Scene, topic: str, key: bytes) -> list[OutboxEvent]:
+    with tenant_session(scene.org) as session:
+        return list(
+            session.scalars(
+                select(OutboxEvent).where(OutboxEvent.topic == topic, OutboxEvent.key == key).order_by(OutboxEvent.id)
+            )
+        )
+
+
+def _fact_stored(scene: Scene, run: RunCompleted) -> bool:
+    with tenant_session(scene.org) as session:
+        return session.get(BriefFact, (scene.org_id, "run", str(run.run_id))) is not None
+
+
+async def test_soft_then_hard_budget_incidents_pause_the_agent_once(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
+) -> None:
+    scene = make_scene(stack.database_url, monthly_budget_micros=CAP)
+    serde = Serde.from_settings(topics)
+    at = datetime(2026, 10, 15, 12, tzinfo=UTC)
+    first = run_completed(scene, at, cost=850_000)
+    second = run_completed(scene, at.replace(hour=13), cost=200_000)
+    third = run_completed(scene, at.replace(hour=14), cost=0)
+    async with (
+        RecordProducer(topics, service="test", serde=serde) as producer,
+        running_brief(stack.database_url, topics, group_id),
+    ):
+        _spend(scene, 850_000)  # 85 %: past the default 80 % soft threshold
+        await producer.send(Topics.RUN_COMPLETED, first)
+        await wait_for(lambda: _incidents(scene) == [("warning", "notify")], what="the warning incident")
+        with tenant_session(scene.org) as session:
+            assert session.get_one(AiAgent, scene.agent_id).published_version_id == scene.version_id
+
+        _spend(scene, 200_000)  # 105 %: exhausted
+        await producer.send(Topics.RUN_COMPLETED, first)  # a redelivery of the first run, before the second
+        await producer.send(Topics.RUN_COMPLETED, second)
+        await wait_for(lambda: len(_incidents(scene)) == 2, what="the hard incident")
+        assert _incidents(scene) == [("hard", "pause_agent"), ("warning", "notify")]
+
+        for record in (second, first, third):  # reprocessing: nothing new
+            await producer.send(Topics.RUN_COMPLETED, record)
+        await wait_for(lambda: _fact_stored(scene, third), what="the last run")
+    assert _incidents(scene) == [("hard", "pause_agent"), ("warning", "notify")]
+
+    with tenant_session(scene.org) as session:
+        agent = session.get_one(AiAgent, scene.agent_id)
+        assert agent.published_version_id is None and agent.paused_at is not None
+        assert agent.pause_reason == "budget_exhausted"
+        audits = list(
+            session.scalars(
+                select(AuditLogEntry).where(
+                    AuditLogEntry.org_id == scene.org_id, AuditLogEntry.action == "ai_agent.paused_by_budget"
+                )
+            )
+        )
+        assert [(a.actor_user_id, a.actor_kind, a.target_id) for a in audits] == [(None, "system", str(scene.agent_id))]
+        insights = {
+            row.dedupe_key: row.severity
+            for row in session.scalars(select(WorkspaceInsight).where(WorkspaceInsight.org_id == scene.org_id))
+        }
+    key = f"budget_incident:{scene.agent_id}:2026-10"
+    assert insights == {f"{key}:warning": "warning", f"{key}:hard": "critical"}
+
+    published = [
+        serde.decode(Topics.PUBLISHED, e.payload) for e in _outbox(scene, "published", str(scene.agent_id).encode())
+    ]
+    assert [(p.change, p.previous_version_id, p.changed_by_user_id) for p in published] == [
+        (PublishedChange.PAUSED, scene.version_id, None)
+    ]
+    announced = [
+        serde.decode(Topics.INSIGHTS, e.payload) for e in _outbox(scene, "insights", str(scene.org_id).encode())
+    ]
+    assert sorted((i.insight_key, i.area, str(i.kind)) for i in announced) == [
+        (f"{key}:hard", "cross", "insight"),
+        (f"{key}:warning", "cross", "insight"),
+    ]
+
+    digest = stored_digest(scene, date(2026, 10, 15))
+    assert digest is not None
+    listed = [item["insight_key"] for item in digest["todo"] if item["kind"] == "insight"]
+    assert sorted(listed) == [f"{key}:hard", f"{key}:warning"]
+    cross = next(p for p in digest["planets"] if p["area"] == "cross")
+    assert cross["status"] == "attention" and cross["open"] == 2

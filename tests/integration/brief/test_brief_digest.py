@@ -1,0 +1,205 @@
+"""The Home digest materialized from the real topics: a known day gives the expected document,
+and replaying the topics from the start with a fresh consumer group gives it again."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import delete
+
+from switchboard.contracts import Serde, Topics
+from switchboard.contracts.enums import RunStatus
+from switchboard.contracts.records import Action
+from switchboard.db.models.autonomy import AgentDecision, WorkspaceDailyBrief, WorkspaceHomePrefs
+from switchboard.db.models.brief import BriefFact, WorkspaceTodo
+from switchboard.db.todos import add_todo
+from switchboard.kafka.producer import RecordProducer
+from switchboard.settings import KafkaSettings
+from tests.integration.brief.scene import (
+    Scene,
+    action,
+    handoff,
+    insight,
+    make_scene,
+    run_completed,
+    running_brief,
+    stored_digest,
+    wait_for,
+)
+from tests.support.agents import tenant_session
+from tests.support.stack import StackEndpoints
+
+pytestmark = pytest.mark.integration
+
+DAY = date(2026, 11, 20)
+TZ = "America/Sao_Paulo"  # UTC-3: 02:30Z on the 21st is still the 20th there
+
+
+def _utc(day: int, hour: int, minute: int = 0) -> datetime:
+    return datetime(2026, 11, day, hour, minute, tzinfo=UTC)
+
+
+def _seed_owner_state(scene: Scene) -> uuid.UUID:
+    """Three approvals of one action type (a promote suggestion), pinned prefs, one open /todo."""
+    with tenant_session(scene.org) as session:
+        for _ in range(3):
+            session.add(
+                AgentDecision(
+                    org_id=scene.org_id,
+                    area="booking",
+                    action_type="send_reminder",
+                    proposed_action={"to": "x"},
+                    autonomy_tier="propose",
+                    status="approved",
+                    decided_at=_utc(19, 10),
+                )
+            )
+        session.add(WorkspaceHomePrefs(org_id=scene.org_id, pinned_sections=["todo"], pinned_areas=["crm"]))
+        todo = add_todo(session, scene.org_id, "Call the flower supplier", "api")
+        return todo.id
+
+
+def _expected(scene: Scene, todo_id: uuid.UUID, proposal: Action, cold_insight_id: uuid.UUID) -> dict[str, Any]:
+    with tenant_session(scene.org) as session:
+        created = session.get_one(WorkspaceTodo, todo_id)
+        created_at = created.created_at.isoformat()
+    return {
+        "date": "2026-11-20",
+        "time_zone": TZ,
+        "sections": ["todo", "pulse", "done", "planets"],
+        "pulse": {
+            "text": "3 runs · 2 replies · 1 handoff · spend $0.18 (yesterday $0.07)",
+            "runs": 3,
+            "replies": 2,
+            "handoffs": 1,
+            "spend_micros": 180_000,
+            "spend_yesterday_micros": 70_000,
+        },
+        "done": [
+            {"action_type": "send_reminder", "area": "booking", "count": 3, "text": "sent 3 reminders"},
+            {"action_type": "create_lead", "area": "crm", "count": 1, "text": "created 1 lead"},
+        ],
+        "todo": [
+            {
+                "kind": "promote",
+                "area": "booking",
+                "action_type": "send_reminder",
+                "approvals": 3,
+                "title": "You approved “send_reminder” 3 times: let agents do it on their own?",
+                "links": {
+                    "approve": "/api/v1/autonomy/booking/promotions/send_reminder:accept",
+                    "ignore": "/api/v1/autonomy/booking/promotions/send_reminder:dismiss",
+                },
+            },
+            {
+                "kind": "proposed_action",
+                "action_id": str(proposal.action_id),
+                "action_type": "refund_order",
+                "area": "sales",
+                "title": "Refund order 42?",
+                "body": "The customer was charged twice.",
+                "insight_key": f"proposal:{proposal.action_id}",
+                "links": {
+                    "approve": f"/api/v1/decisions/{proposal.action_id}:approve",
+                    "ignore": f"/api/v1/decisions/{proposal.action_id}:reject",
+                },
+            },
+            {
+                "kind": "insight",
+                "insight_id": str(cold_insight_id),
+                "insight_key": "crm:cold-leads",
+                "area": "crm",
+                "title": "4 leads went cold",
+                "body": "No answer for 7 days.",
+                "status": "new",
+                "suggested_actions": [],
+                "links": {
+                    "approve": f"/api/v1/insights/{cold_insight_id}:action",
+                    "ignore": f"/api/v1/insights/{cold_insight_id}:dismiss",
+                },
+            },
+            {
+                "kind": "todo",
+                "id": str(todo_id),
+                "text": "Call the flower supplier",
+                "source": "api",
+                "conversation_id": None,
+                "created_at": created_at,
+                "links": {"done": f"/api/v1/home/todos/{todo_id}:done"},
+            },
+        ],
+        "planets": [
+            {"area": "crm", "label": "CRM", "status": "attention", "done": 1, "open": 1, "pinned": True},
+            {"area": "booking", "label": "Booking", "status": "attention", "done": 3, "open": 1, "pinned": False},
+            {"area": "sales", "label": "Sales", "status": "attention", "done": 0, "open": 1, "pinned": False},
+            {"area": "marketing", "label": "Marketing", "status": "quiet", "done": 0, "open": 0, "pinned": False},
+            {"area": "content", "label": "Content", "status": "quiet", "done": 0, "open": 0, "pinned": False},
+            {"area": "web", "label": "Web", "status": "quiet", "done": 0, "open": 0, "pinned": False},
+            {"area": "cross", "label": "Cross-area", "status": "quiet", "done": 0, "open": 0, "pinned": False},
+        ],
+    }
+
+
+async def test_a_known_day_gives_the_expected_digest_and_a_replay_gives_it_again(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
+) -> None:
+    scene = make_scene(stack.database_url, time_zone=TZ)
+    todo_id = _seed_owner_state(scene)
+    r1 = run_completed(
+        scene,
+        _utc(20, 12),
+        cost=100_000,
+        executed=[action("send_reminder", "booking"), action("send_reminder", "booking")],
+    )
+    r2 = run_completed(
+        scene,
+        _utc(21, 2, 30),  # 23:30 on the 20th in São Paulo
+        cost=50_000,
+        executed=[action("send_reminder", "booking"), action("create_lead", "crm")],
+    )
+    yesterday = run_completed(
+        scene, _utc(20, 2), cost=70_000, reply=False, status=RunStatus.FAILED
+    )  # 23:00 on the 19th
+    dry = run_completed(scene, _utc(20, 15), cost=999_000, executed=[action("send_reminder", "booking")], dry_run=True)
+    handed = run_completed(scene, _utc(20, 16), cost=30_000, reply=False, status=RunStatus.HANDOFF)
+    proposal = action("refund_order", "sales", summary="Refund order 42")
+    cold_old = insight(scene, "crm:cold-leads", DAY, _utc(20, 9), title="3 leads went cold", body="old")
+    cold = insight(scene, "crm:cold-leads", DAY, _utc(20, 18), title="4 leads went cold", body="No answer for 7 days.")
+    proposed = insight(
+        scene,
+        f"proposal:{proposal.action_id}",
+        DAY,
+        _utc(20, 13),
+        kind="proposed_action",
+        area="sales",
+        title="Refund order 42?",
+        body="The customer was charged twice.",
+        proposed_action=proposal,
+    )
+    serde = Serde.from_settings(topics)
+    async with RecordProducer(topics, service="test", serde=serde) as producer:
+        for record in (r1, r2, yesterday, dry, handed, r1):  # r1 twice: a redelivery
+            await producer.send(Topics.RUN_COMPLETED, record)
+        await producer.send(Topics.HANDOFF_TRIGGERED, handoff(scene, handed))
+        for record in (cold, proposed, cold_old):  # the older record of a key arrives last and loses
+            await producer.send(Topics.INSIGHTS, record)
+    expected = _expected(scene, todo_id, proposal, cold.insight_id)
+
+    def settled() -> bool:
+        return stored_digest(scene, DAY) == expected
+
+    async with running_brief(stack.database_url, topics, group_id):
+        await wait_for(settled, what="the digest of the day")
+    previous = stored_digest(scene, date(2026, 11, 19))
+    assert previous is not None and previous["pulse"]["runs"] == 1 and previous["pulse"]["spend_micros"] == 70_000
+
+    # Replay: forget everything the brief derived, then read the topics again from the start.
+    with tenant_session(scene.org) as session:
+        session.execute(delete(BriefFact).where(BriefFact.org_id == scene.org_id))
+        session.execute(delete(WorkspaceDailyBrief).where(WorkspaceDailyBrief.org_id == scene.org_id))
+    async with running_brief(stack.database_url, topics, f"{group_id}-replay"):
+        await wait_for(settled, what="the replayed digest")
+    assert stored_digest(scene, date(2026, 11, 19)) == previous

@@ -1,0 +1,162 @@
+"""Replies reach the customer at most once: redelivery, restarts, retries and refusals."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from scripts.channel_server import ChannelServer
+from services.notifier.handlers import Hooks
+from services.notifier.store import Claimed
+from switchboard.contracts import Record, RunStatus, Topics, TopicSpec
+from tests.integration.notifier.conftest import RunningNotifier, World, eventually
+
+pytestmark = pytest.mark.integration
+
+Publish = Callable[[TopicSpec[Any], Record], Awaitable[None]]
+Start = Callable[..., Awaitable[RunningNotifier]]
+
+
+def _statuses(world: World, run_id: Any) -> list[str]:
+    return [d.status for d in world.deliveries(run_id)]
+
+
+async def test_redelivered_run_completed_sends_once(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    completed = world.run()
+    await start_notifier()
+    await publish(Topics.RUN_COMPLETED, completed)
+    await publish(Topics.RUN_COMPLETED, completed)  # the same event again (a producer retry, a replay)
+
+    sent = await channel.wait_for(1, timeout=20)
+    await eventually(lambda: _statuses(world, completed.run_id), lambda s: s == ["sent"])
+    # The second copy was handled too (the marker run below proves the partition moved past it).
+    marker = world.run(text="marker")
+    await publish(Topics.RUN_COMPLETED, marker)
+    await eventually(lambda: _statuses(world, marker.run_id), lambda s: s == ["sent"])
+
+    texts = [s.text for s in channel.received]
+    assert texts == ["Olá! Posso ajudar.", "marker"]
+    assert sent[0].chat_id == world.chat_id and sent[0].session == world.session_name
+    [reply] = world.outbound(completed.run_id)
+    assert reply.direction == "outbound" and reply.delivery_status == "sent"
+    assert reply.external_id is not None and reply.external_id.startswith("true_")
+
+
+async def test_restart_between_send_and_ack_does_not_resend(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    """The process dies after the channel accepted the reply but before anything was recorded or acked."""
+    completed = world.run()
+    hang = asyncio.Event()
+
+    async def stall_after_send(_: Claimed) -> None:
+        await hang.wait()  # never set: the crash happens here
+
+    first = await start_notifier(Hooks(after_send=stall_after_send))
+    await publish(Topics.RUN_COMPLETED, completed)
+    await channel.wait_for(1, timeout=20)
+    await first.crash()
+
+    await start_notifier()  # same group: the record comes back (its offset was never committed)
+    await eventually(lambda: _statuses(world, completed.run_id), lambda s: s == ["unknown"])
+    marker = world.run(text="marker")
+    await publish(Topics.RUN_COMPLETED, marker)
+    await eventually(lambda: _statuses(world, marker.run_id), lambda s: s == ["sent"])
+    assert [s.text for s in channel.received] == ["Olá! Posso ajudar.", "marker"]
+
+
+async def test_restart_after_claim_before_send_never_sends(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    """At most once: a claim without a known outcome is never sent by the next process."""
+    completed = world.run()
+    claimed = asyncio.Event()
+
+    async def stall_after_claim(_: Claimed) -> None:
+        claimed.set()
+        await asyncio.Event().wait()
+
+    first = await start_notifier(Hooks(after_claim=stall_after_claim))
+    await publish(Topics.RUN_COMPLETED, completed)
+    await asyncio.wait_for(claimed.wait(), 20)
+    await first.crash()
+
+    await start_notifier()
+    await eventually(lambda: _statuses(world, completed.run_id), lambda s: s == ["unknown"])
+    assert channel.received == []
+
+
+async def test_dry_runs_and_handoffs_send_nothing(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    dry = world.run(dry_run=True)
+    handoff = world.run(status=RunStatus.HANDOFF, text="Vou chamar um humano")
+    intent = world.queue_intent(handoff, "queued before the handoff")
+    await start_notifier()
+    await publish(Topics.RUN_COMPLETED, dry)
+    await publish(Topics.RUN_COMPLETED, handoff)
+    await publish(Topics.HANDOFF_TRIGGERED, world.handoff(dry, dry_run=True))
+    marker = world.run(text="marker")
+    await publish(Topics.RUN_COMPLETED, marker)
+
+    await eventually(lambda: _statuses(world, marker.run_id), lambda s: s == ["sent"])
+    assert [s.text for s in channel.received] == ["marker"]
+    assert world.deliveries(dry.run_id) == [] and world.deliveries(handoff.run_id) == []
+    [cancelled] = world.outbound(handoff.run_id)
+    assert cancelled.id == intent and cancelled.delivery_status == "failed"
+    assert world.conversation().status == "open"  # a dry run's handoff assigns nothing
+
+
+async def test_503_then_success_delivers_once_after_a_retry(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    channel.fail_next(503)
+    completed = world.run()
+    await start_notifier()
+    await publish(Topics.RUN_COMPLETED, completed)
+
+    [delivery] = await eventually(
+        lambda: world.deliveries(completed.run_id), lambda d: [x.status for x in d] == ["sent"]
+    )
+    assert delivery.attempts == 2
+    assert [s.status_returned for s in channel.received] == [503, 201]
+    assert len(channel.delivered) == 1
+
+
+async def test_400_marks_the_run_not_delivered(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    channel.fail_next(400)
+    completed = world.run()
+    await start_notifier()
+    await publish(Topics.RUN_COMPLETED, completed)
+
+    [delivery] = await eventually(
+        lambda: world.deliveries(completed.run_id), lambda d: [x.status for x in d] == ["failed"]
+    )
+    assert delivery.attempts == 1 and delivery.error_code == "http_400"
+    assert [s.status_returned for s in channel.received] == [400]  # a permanent refusal is not retried
+    [reply] = world.outbound(completed.run_id)
+    assert reply.delivery_status == "failed" and reply.delivery_error == "http_400"
+
+
+async def test_queued_intents_are_sent_once_each_before_the_reply(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    completed = world.run(text="E aqui está o resumo.")
+    world.queue_intent(completed, "Seu pedido foi confirmado.")
+    await start_notifier()
+    await publish(Topics.RUN_COMPLETED, completed)
+    await publish(Topics.RUN_COMPLETED, completed)
+
+    await eventually(lambda: sorted(_statuses(world, completed.run_id)), lambda s: s == ["sent", "sent"])
+    marker = world.run(text="marker")
+    await publish(Topics.RUN_COMPLETED, marker)
+    await eventually(lambda: _statuses(world, marker.run_id), lambda s: s == ["sent"])
+    assert [s.text for s in channel.received] == ["Seu pedido foi confirmado.", "E aqui está o resumo.", "marker"]
+    assert {m.delivery_status for m in world.outbound(completed.run_id)} == {"sent"}

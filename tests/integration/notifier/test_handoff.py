@@ -1,0 +1,166 @@
+"""Handoffs assign the conversation to humans and tell them through the org's signed webhook;
+budget incidents reach the org's admins the same way; the API hands conversations back."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import date
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from scripts.channel_server import ChannelServer
+from switchboard.contracts import Insight, InsightKind, Record, RunStatus, Serde, Topics, TopicSpec, WakeReason
+from switchboard.db.enums import Role
+from switchboard.db.models.notifications import OrgNotification
+from switchboard.db.models.outbox import OutboxEvent
+from tests.integration.notifier.conftest import RunningNotifier, WebhookReceiver, World, eventually
+from tests.support.agents import tenant_session
+
+pytestmark = pytest.mark.integration
+
+Publish = Callable[[TopicSpec[Any], Record], Awaitable[None]]
+Start = Callable[..., Awaitable[RunningNotifier]]
+
+
+def verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
+    """What a receiver does: recompute the HMAC over "<timestamp>.<body>" and compare."""
+    timestamp = headers["X-Switchboard-Timestamp"]
+    expected = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(headers["X-Switchboard-Signature"], f"sha256={expected}")
+
+
+async def set_webhook(api: httpx.AsyncClient, world: World, url: str) -> str:
+    response = await api.put("/api/v1/org-webhook", json={"url": url}, headers=world.org.headers())
+    assert response.status_code == 200, response.text
+    return str(response.json()["data"]["secret"])
+
+
+def notifications(world: World) -> list[OrgNotification]:
+    with tenant_session(world.org) as session:
+        return list(session.scalars(select(OrgNotification).order_by(OrgNotification.created_at)))
+
+
+async def test_handoff_assigns_the_conversation_and_notifies_the_signed_webhook_once(
+    world: World,
+    channel: ChannelServer,
+    receiver: WebhookReceiver,
+    api: httpx.AsyncClient,
+    publish: Publish,
+    start_notifier: Start,
+) -> None:
+    secret = await set_webhook(api, world, receiver.url)
+    receiver.fail_next(503)  # the first attempt fails: retried with backoff
+    run = world.run(status=RunStatus.HANDOFF, text="Vou chamar alguém da equipe.")
+    handoff = world.handoff(run)
+    await start_notifier()
+    await publish(Topics.HANDOFF_TRIGGERED, handoff)
+    await publish(Topics.RUN_COMPLETED, run)
+    await publish(Topics.HANDOFF_TRIGGERED, handoff)  # redelivered: assigns and notifies nothing more
+
+    await eventually(lambda: [n.status for n in notifications(world)], lambda s: s == ["sent"])
+    conversation = world.conversation()
+    assert conversation.status == "handoff" and conversation.handoff_at is not None
+    assert len(receiver.hits) == 2  # 503, then the delivery
+    first, delivered = receiver.hits
+    assert first.headers["X-Switchboard-Event-Id"] == delivered.headers["X-Switchboard-Event-Id"]
+    assert verify(secret, delivered.headers, delivered.body)
+    assert not verify("another-secret", delivered.headers, delivered.body)
+    event = delivered.json()
+    assert event["type"] == "conversation.handoff" and event["org_id"] == str(world.org.org_id)
+    assert event["data"]["conversation_id"] == str(world.conversation_id)
+    assert event["data"]["run_id"] == str(run.run_id) and event["data"]["urgency"] == "high"
+
+    # The handoff run's reply is never sent to the customer; the redelivery is handled by now.
+    marker = world.run(text="marker")
+    await publish(Topics.RUN_COMPLETED, marker)
+    await publish(Topics.HANDOFF_TRIGGERED, world.handoff(marker, dry_run=True))
+    await eventually(lambda: [d.status for d in world.deliveries(marker.run_id)], lambda s: s == ["sent"])
+    assert [s.text for s in channel.received] == ["marker"]
+    assert len(receiver.hits) == 2 and len(notifications(world)) == 1
+
+    # The humans read it, then hand it back: the agents are woken through the outbox.
+    view = await api.get(f"/api/v1/conversations/{world.conversation_id}", headers=world.org.headers(Role.MANAGER))
+    assert view.status_code == 200 and view.json()["data"]["status"] == "handoff"
+    back = await api.post(
+        f"/api/v1/conversations/{world.conversation_id}:handback", headers=world.org.headers(Role.MANAGER)
+    )
+    assert back.status_code == 200, back.text
+    assert back.json()["data"]["status"] == "open" and back.json()["data"]["agent_woken"] is True
+    assert world.conversation().status == "open"
+    with tenant_session(world.org) as session:
+        [row] = session.scalars(
+            select(OutboxEvent).where(
+                OutboxEvent.topic == Topics.DISPATCH_REQUESTED.name,
+                OutboxEvent.key == str(world.conversation_id).encode(),
+            )
+        )
+    wake = Serde.from_settings(api_kafka(api)).decode(Topics.DISPATCH_REQUESTED, row.payload)
+    assert wake.wake_reason is WakeReason.ASSIGNMENT and wake.message is None
+    assert wake.wake_context.assigned_by_user_id == world.org.admin_user_id
+    again = await api.post(
+        f"/api/v1/conversations/{world.conversation_id}:handback", headers=world.org.headers(Role.MANAGER)
+    )
+    assert again.status_code == 409 and again.json()["error"]["code"] == "conversation_not_handed_off"
+
+    # A late redelivery of the old handoff does not take the conversation back from the agents.
+    await publish(Topics.HANDOFF_TRIGGERED, handoff)
+    late_marker = world.run(text="late marker")
+    await publish(Topics.HANDOFF_TRIGGERED, world.handoff(late_marker, dry_run=True))
+    await publish(Topics.RUN_COMPLETED, late_marker)
+    await eventually(lambda: [d.status for d in world.deliveries(late_marker.run_id)], lambda s: s == ["sent"])
+    assert world.conversation().status == "open"
+
+
+def api_kafka(api: httpx.AsyncClient) -> Any:
+    transport = api._transport
+    assert isinstance(transport, httpx.ASGITransport)
+    return transport.app.state.settings.kafka  # type: ignore[attr-defined]
+
+
+async def test_handoff_without_a_webhook_still_assigns_and_records_why_nobody_was_told(
+    world: World, publish: Publish, start_notifier: Start
+) -> None:
+    run = world.run(status=RunStatus.HANDOFF)
+    await start_notifier()
+    await publish(Topics.HANDOFF_TRIGGERED, world.handoff(run))
+    [note] = await eventually(lambda: notifications(world), lambda n: [x.status for x in n] == ["skipped"])
+    assert note.error_code == "no_webhook"
+    assert world.conversation().status == "handoff"
+
+
+def insight(world: World, key: str) -> Insight:
+    return Insight(
+        org_id=world.org.org_id,
+        insight_id=uuid.uuid4(),
+        insight_key=key,
+        insight_date=date(2026, 11, 30),
+        kind=InsightKind.INSIGHT,
+        area="budget",
+        title="Agent reached 80% of its monthly budget",
+        body="Spend so far: US$ 8.00 of US$ 10.00.",
+        agent_id=world.agent_id,
+    )
+
+
+async def test_budget_incidents_notify_the_admins_once_per_key(
+    world: World, receiver: WebhookReceiver, api: httpx.AsyncClient, publish: Publish, start_notifier: Start
+) -> None:
+    secret = await set_webhook(api, world, receiver.url)
+    key = f"budget_incident:{world.agent_id}:2026-11:warning"
+    await start_notifier()
+    await publish(Topics.INSIGHTS, insight(world, key))
+    await publish(Topics.INSIGHTS, insight(world, key))  # the same incident republished (e.g. its status changed)
+    await publish(Topics.INSIGHTS, insight(world, "weekly_summary:2026-48"))  # not an incident: not notified
+    hard = f"budget_incident:{world.agent_id}:2026-11:hard"
+    await publish(Topics.INSIGHTS, insight(world, hard))
+
+    await eventually(lambda: [n.status for n in notifications(world)], lambda s: s == ["sent", "sent"])
+    assert [h.json()["data"]["insight_key"] for h in receiver.hits] == [key, hard]
+    assert all(h.json()["type"] == "budget.incident" for h in receiver.hits)
+    assert all(verify(secret, h.headers, h.body) for h in receiver.hits)

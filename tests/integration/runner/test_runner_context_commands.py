@@ -1,0 +1,42 @@
+"""Slash commands in the run (issue 6 item 4): a malformed known command gets a clear reply, no model call;
+an unknown command is plain text for the model."""
+
+from __future__ import annotations
+
+import pytest
+
+from switchboard.contracts import RunCompleted
+from switchboard.slash_commands import ParseError, parse
+from tests.integration.runner.harness import RunnerHarness, create_agent, inbound, run_request
+from tests.support.fake_llm import Reply
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("body", ["/goal grow sales --budget abc", "/todo"])
+async def test_a_malformed_command_is_answered_with_what_is_wrong_without_a_model_call(
+    rh: RunnerHarness, body: str
+) -> None:
+    agent = create_agent(rh.db)
+    with pytest.raises(ParseError) as expected:
+        parse(body)
+    before = len(rh.fake.received)
+
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, body)]))
+
+    assert row.status == "completed" and row.vitality == "completed"
+    assert row.final_text == expected.value.message
+    assert expected.value.code in (row.summary or "")
+    assert len(rh.fake.received) == before and row.steps_count == 0
+    assert row.would_send_to is not None  # the notifier sends the reply like any answer
+    completed = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted))
+    assert completed.final_text == expected.value.message
+
+
+async def test_an_unknown_command_reaches_the_model_as_plain_text(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db)
+    rh.fake.script([Reply(text="ok")])
+    before = len(rh.fake.received)
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "/weather in Rome?")]))
+    assert row.status == "completed" and row.final_text == "ok"
+    assert "/weather in Rome?" in str(rh.fake.received[before].body)

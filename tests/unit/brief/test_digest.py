@@ -1,0 +1,156 @@
+"""The pure digest composition: phrasing, grouping, to-do order, planets, pinned sections."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+
+from services.brief.catalog import load_catalog
+from services.brief.digest import (
+    ActionFact,
+    DayInputs,
+    InsightFact,
+    Promotion,
+    RunFact,
+    compose,
+    done_phrase,
+    section_order,
+)
+
+CATALOG = load_catalog()
+DAY = date(2026, 11, 30)
+
+
+def _action(n: int, action_type: str = "send_reminder", area: str = "booking") -> ActionFact:
+    return ActionFact(action_id=f"a{n}", action_type=action_type, area=area, summary=f"{action_type} #{n}")
+
+
+@pytest.mark.parametrize(
+    ("action_type", "count", "expected"),
+    [
+        ("send_reminder", 3, "sent 3 reminders"),
+        ("send_reminder", 1, "sent 1 reminder"),
+        ("fill_waitlist_slot", 2, "filled 2 waitlist slots"),
+        ("create_lead", 2, "created 2 leads"),
+        ("tag_contact", 1, "tagged 1 contact"),
+        ("reply_inquiry", 4, "replied 4 inquiries"),
+        ("archive", 2, "archived 2 times"),
+    ],
+)
+def test_done_phrases(action_type: str, count: int, expected: str) -> None:
+    assert done_phrase(action_type, count, CATALOG.irregular_past) == expected
+
+
+def test_a_known_day_composes_to_the_expected_document() -> None:
+    runs = [
+        RunFact("r1", replied=True, cost_micros=120_000, executed=(_action(1), _action(2))),
+        RunFact("r2", replied=True, cost_micros=80_000, executed=(_action(3), _action(4, "create_lead", "crm"))),
+        # A redelivered action id is counted once.
+        RunFact(
+            "r3",
+            replied=False,
+            cost_micros=50_000,
+            executed=(_action(1),),
+            proposed=(_action(9, "refund_order", "sales"),),
+        ),
+    ]
+    insight = InsightFact(
+        insight_id="i1",
+        insight_key="crm:cold",
+        kind="insight",
+        area="crm",
+        title="3 leads went cold",
+        body="b",
+        status="new",
+    )
+    dismissed = InsightFact(
+        insight_id="i2", insight_key="web:slow", kind="insight", area="web", title="Slow site", body="", status="new"
+    )
+    todo = {"kind": "todo", "id": "t1", "text": "Call the supplier", "links": {"done": "/api/v1/home/todos/t1:done"}}
+    inputs = DayInputs(
+        day=DAY,
+        time_zone="Europe/Rome",
+        runs=runs,
+        handoffs=1,
+        spend_yesterday_micros=300_000,
+        insights=[dismissed, insight],
+        insight_status={"web:slow": "dismissed"},
+        promotions=[Promotion(area="booking", action_type="send_reminder", approvals=3)],
+        todos=[todo],
+        pinned_sections=["todo", "nonsense"],
+        pinned_areas=["crm"],
+    )
+    digest = compose(inputs, CATALOG)
+    assert digest["date"] == "2026-11-30" and digest["time_zone"] == "Europe/Rome"
+    assert digest["sections"] == ["todo", "pulse", "done", "planets"]
+    assert digest["pulse"] == {
+        "text": "3 runs · 2 replies · 1 handoff · spend $0.25 (yesterday $0.30)",
+        "runs": 3,
+        "replies": 2,
+        "handoffs": 1,
+        "spend_micros": 250_000,
+        "spend_yesterday_micros": 300_000,
+    }
+    assert digest["done"] == [
+        {"action_type": "send_reminder", "area": "booking", "count": 3, "text": "sent 3 reminders"},
+        {"action_type": "create_lead", "area": "crm", "count": 1, "text": "created 1 lead"},
+    ]
+    assert [item["kind"] for item in digest["todo"]] == ["promote", "proposed_action", "insight", "todo"]
+    promote, proposed, open_insight, own = digest["todo"]
+    assert promote["links"] == {
+        "approve": "/api/v1/autonomy/booking/promotions/send_reminder:accept",
+        "ignore": "/api/v1/autonomy/booking/promotions/send_reminder:dismiss",
+    }
+    assert proposed["action_id"] == "a9" and proposed["links"]["approve"] == "/api/v1/decisions/a9:approve"
+    assert (
+        open_insight["insight_key"] == "crm:cold" and open_insight["links"]["ignore"] == "/api/v1/insights/i1:dismiss"
+    )
+    assert own == todo
+    planets = {p["area"]: p for p in digest["planets"]}
+    assert digest["planets"][0]["area"] == "crm" and planets["crm"]["pinned"] is True
+    assert planets["crm"]["status"] == "attention" and planets["crm"]["open"] == 1 and planets["crm"]["done"] == 1
+    assert planets["booking"] == {
+        "area": "booking",
+        "label": "Booking",
+        "status": "attention",
+        "done": 3,
+        "open": 1,
+        "pinned": False,
+    }
+    assert planets["marketing"]["status"] == "quiet"
+    assert [p["area"] for p in digest["planets"]] == ["crm", "booking", "sales", "marketing", "content", "web", "cross"]
+
+
+def test_a_decided_proposal_leaves_the_todo_list() -> None:
+    action = _action(7, "refund_order", "sales")
+    proposal = InsightFact(
+        insight_id="i7",
+        insight_key="proposal:a7",
+        kind="proposed_action",
+        area="sales",
+        title="Refund order 42?",
+        body="",
+        status="new",
+        proposed_action=action,
+    )
+    inputs = DayInputs(day=DAY, time_zone="UTC", runs=[RunFact("r", False, 0, proposed=(action,))], insights=[proposal])
+    items = compose(inputs, CATALOG)["todo"]
+    assert len(items) == 1 and items[0]["title"] == "Refund order 42?" and items[0]["insight_key"] == "proposal:a7"
+    decided = DayInputs(**{**inputs.__dict__, "decided_actions": frozenset({"a7"})})
+    assert compose(decided, CATALOG)["todo"] == []
+
+
+def test_equal_inputs_compose_equal_documents_whatever_the_fact_order() -> None:
+    runs = [RunFact(f"r{i}", True, 1000 * i, executed=(_action(i, "send_reminder"),)) for i in range(5)]
+    first = compose(DayInputs(day=DAY, time_zone="UTC", runs=runs), CATALOG)
+    second = compose(DayInputs(day=DAY, time_zone="UTC", runs=list(reversed(runs))), CATALOG)
+    assert first == second
+
+
+def test_an_empty_day_is_quiet() -> None:
+    digest = compose(DayInputs(day=DAY, time_zone="UTC"), CATALOG)
+    assert digest["pulse"]["text"] == "0 runs · 0 replies · 0 handoffs · spend $0.00 (yesterday $0.00)"
+    assert digest["done"] == [] and digest["todo"] == []
+    assert {p["status"] for p in digest["planets"]} == {"quiet"}
+    assert section_order([], CATALOG) == ["pulse", "done", "todo", "planets"]

@@ -1,0 +1,82 @@
+"""After a handoff the humans own the conversation: nothing is dispatched to agents, nothing is
+lost (each dispatch gets a recorded decision), until the API's handback (wake reason
+``assignment``) clears the flag."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+
+from services.dispatcher.policy import HANDED_OFF_REASON, PolicyConfig
+from switchboard.contracts import ConcurrencyPolicy, DispatchOutcome, RunStatus, TriggerConfig, WakeReason
+from tests.unit.dispatcher.builders import T0, completed, dispatch, index_of, snapshot
+from tests.unit.dispatcher.test_policy import FAST, Conv, outcomes, runs, tick
+
+LISTENS_TO_ASSIGNMENT = TriggerConfig(event_types=("message", "assignment"))
+
+
+def handed_off(trigger: TriggerConfig | None = None, config: PolicyConfig | None = None) -> Conv:
+    """A conversation whose only run just ended in a handoff."""
+    conv = Conv(index_of(snapshot(1, trigger=trigger, policy=ConcurrencyPolicy.ENQUEUE)), config or FAST)
+    (run,) = runs(conv.send(dispatch("quero falar com um humano")))
+    conv.send(completed(run.run_id, run.agent_id, run.version_id, status=RunStatus.HANDOFF))
+    assert conv.state is not None and conv.state.human_owned
+    return conv
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    wake: WakeReason
+    dry_run: bool
+    trigger: TriggerConfig | None
+    outcome: DispatchOutcome
+    runs: int
+    still_human_owned: bool
+
+
+CASES = [
+    Case("customer message", WakeReason.USER_MESSAGE, False, None, DispatchOutcome.CONV_BUSY, 0, True),
+    Case("follow-up", WakeReason.FOLLOW_UP, False, None, DispatchOutcome.CONV_BUSY, 0, True),
+    Case("dry run (test mode)", WakeReason.USER_MESSAGE, True, None, DispatchOutcome.DISPATCHED, 1, True),
+    Case(
+        "handback, agent listens",
+        WakeReason.ASSIGNMENT,
+        False,
+        LISTENS_TO_ASSIGNMENT,
+        DispatchOutcome.DISPATCHED,
+        1,
+        False,
+    ),
+    Case("handback, nobody listens", WakeReason.ASSIGNMENT, False, None, DispatchOutcome.NO_MATCH, 0, False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_dispatches_while_the_humans_own_the_conversation(case: Case) -> None:
+    conv = handed_off(case.trigger)
+    t = conv.send(dispatch("oi?", wake=case.wake, dry_run=case.dry_run), at=T0 + timedelta(seconds=10))
+    assert outcomes(t) == [case.outcome]
+    assert len(runs(t)) == case.runs
+    if case.outcome is DispatchOutcome.CONV_BUSY:
+        assert t.decisions[0].reason == HANDED_OFF_REASON
+    assert conv.state is not None and conv.state.human_owned is case.still_human_owned
+
+
+def test_after_the_handback_customer_messages_are_dispatched_again() -> None:
+    conv = handed_off()
+    assert outcomes(conv.send(dispatch("ainda aí?"))) == [DispatchOutcome.CONV_BUSY]
+    conv.send(dispatch(wake=WakeReason.ASSIGNMENT))
+    t = conv.send(dispatch("voltei"), at=T0 + timedelta(seconds=10))
+    assert outcomes(t) == [DispatchOutcome.DISPATCHED] and len(runs(t)) == 1
+
+
+def test_the_flag_outlives_the_idle_state_ttl() -> None:
+    config = PolicyConfig(lease_s=30, max_attempts=3, reply_interval_s=0, state_ttl_s=3600)
+    conv = handed_off(config=config)
+    later = T0 + timedelta(seconds=3601)
+    t = conv.send(tick(later), at=later)
+    assert t.state is not None and t.state.human_owned and t.state.updated_at == later
+    assert outcomes(conv.send(dispatch("oi"), at=later)) == [DispatchOutcome.CONV_BUSY]

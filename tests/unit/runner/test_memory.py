@@ -1,0 +1,90 @@
+"""Memory in the prompt (issue 6 item 2): the full-text query, the long-term memory layer and where it
+sits, the summarization request and the demo model's deterministic summary. Pure, no I/O."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from services.runner.context import compose, default_builders
+from services.runner.memory import LABEL, FactRetriever, RetrievedFact, fact_query, with_memory
+from services.runner.pii import Pseudonymizer
+from services.runner.providers.demo import SUMMARY_LABEL, demo_reply
+from services.runner.subject import HistoryItem
+from services.runner.summary import INSTRUCTIONS, summary_request, transcript
+from tests.unit.runner.test_context import LABELS, subject
+
+
+class FakeRetriever(FactRetriever):
+    def __init__(self, facts: list[RetrievedFact]) -> None:
+        self.facts = facts
+        self.asked: list[tuple[uuid.UUID, uuid.UUID, str]] = []
+
+    async def relevant(self, org_id: uuid.UUID, contact_id: uuid.UUID, about: str) -> list[RetrievedFact]:
+        self.asked.append((org_id, contact_id, about))
+        return self.facts
+
+
+def items(*texts: tuple[str, str]) -> list[HistoryItem]:
+    base = datetime.now(UTC)
+    return [HistoryItem(uuid.uuid4(), d, t, base + timedelta(seconds=i)) for i, (d, t) in enumerate(texts)]
+
+
+def test_fact_query_ors_significant_words_as_prefixes_and_drops_operators() -> None:
+    assert fact_query("Can you DELIVER on Saturday? The usual!") == "deliv:* | saturd:* | usual:*"
+    # Only letters and digits reach to_tsquery: operators and quotes in user text cannot inject syntax.
+    assert fact_query("a & b | !c <-> 'x' :*") is None
+    assert fact_query("entrega amanhã 10h, ok?") == "entre:* | aman:* | 10h"
+    assert fact_query("the and for") is None
+
+
+async def test_long_term_memory_layer_sits_after_the_summary_and_quotes_each_fact() -> None:
+    run = subject()
+    retriever = FakeRetriever(
+        [RetrievedFact("Prefers Saturday deliveries", "contact", 0.5), RetrievedFact("Closed on Sundays", "org", 0.1)]
+    )
+    draft = await compose(run, [], with_memory(default_builders(), retriever))
+    labels = [layer.label for layer in draft.system]
+    assert labels == [*LABELS[: LABELS.index("Memory") + 1], LABEL, *LABELS[LABELS.index("Memory") + 1 :]]
+    text = {layer.label: layer.text for layer in draft.system}[LABEL]
+    assert text.splitlines()[1:] == [
+        "- (this customer) Prefers Saturday deliveries",
+        "- (the business) Closed on Sundays",
+    ]
+    assert retriever.asked == [(run.request.org_id, run.request.contact_id, "new")]
+
+
+async def test_no_relevant_fact_no_layer() -> None:
+    draft = await compose(subject(), [], with_memory(default_builders(), FakeRetriever([])))
+    assert LABEL not in [layer.label for layer in draft.system]
+
+
+def test_summary_request_carries_task_previous_summary_and_labeled_transcript() -> None:
+    batch = items(("inbound", "Oi,  quero  saber o preço"), ("outbound", "Claro!"))
+    request = summary_request("m", "Earlier: asked about hours.", batch)
+    assert [(layer.label, layer.text) for layer in request.system] == [
+        ("Summarization task", INSTRUCTIONS),
+        ("Previous summary", "Earlier: asked about hours."),
+    ]
+    assert request.tools == () and request.model == "m"
+    assert transcript(batch) == "Customer: Oi, quero saber o preço\nAgent: Claro!"
+
+
+def test_demo_model_answers_a_summary_request_with_a_deterministic_labeled_summary() -> None:
+    batch = items(("inbound", "first"), ("outbound", "ok"), ("inbound", "second"), ("inbound", "third"))
+    request = Pseudonymizer().seal(summary_request("demo", None, batch))
+    first, again = demo_reply(request), demo_reply(request)
+    assert first.text == again.text and not first.tool_calls
+    assert first.text == (
+        f"{SUMMARY_LABEL} 4 earlier message(s) summarized: 3 from the customer, 1 from the agent. "
+        'The customer\'s latest lines: "first"; "second"; "third".'
+    )
+    continued = demo_reply(summary_request("demo", "before", batch))
+    assert "(continues an earlier summary)" in continued.text
+
+
+def test_summary_request_is_pseudonymized_when_sealed() -> None:
+    request = summary_request("m", "Ana Souza asked", items(("inbound", "sou Ana, ana@example.com +55 11 91234-5678")))
+    sealed = Pseudonymizer(names=["Ana Souza"]).seal(request)
+    everything = " ".join([*(layer.text for layer in sealed.system), *(m.text for m in sealed.messages)])  # type: ignore[union-attr]
+    assert "Ana" not in everything and "ana@example.com" not in everything and "91234" not in everything
