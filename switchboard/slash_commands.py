@@ -46,6 +46,9 @@ INGEST_COMMANDS: Final = frozenset({CommandName.TODO, CommandName.COMPACT})
 SKILL_PREFIX: Final = "skill:"
 MAX_BUDGET_USD: Final = Decimal("10000")
 
+# ``run_requested.request_id`` of a run that only compacts the thread summary (``/compact`` at ingest).
+COMPACT_REQUEST_PREFIX: Final = "slash:compact:"
+
 _COMMAND = re.compile(r"^/([^\s/]+)(?:\s+(.*))?$", re.DOTALL)
 _SKILL_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]{0,63}$")
 _BUDGET_OPTION = re.compile(r"(?:^|\s)--budget(?:=|\s+|$)(\S*)")
@@ -143,3 +146,8 @@ def _budget(raw: str) -> Decimal:
     if not value.is_finite() or value <= 0 or value > MAX_BUDGET_USD:
         raise problem
     return value
+
+
+def is_compact_request(request_id: str | None) -> bool:
+    """Whether a run was requested by ``/compact`` (it summarizes, never answers)."""
+    return bool(request_id and request_id.startswith(COMPACT_REQUEST_PREFIX))

@@ -29,6 +29,9 @@ LIST_FOLLOWUPS: Final = "crm_list_followups"
 CANCEL_FOLLOWUP: Final = "crm_cancel_followup"
 # Long-term memory (docs/memory.md): a durable fact about the contact or the business.
 MEMORY_SAVE_FACT: Final = "memory_save_fact"
+# Scheduled analysis (docs/analysis.md): aggregated, PII-free data in; insights for the Home out.
+ANALYTICS_AREA_SUMMARY: Final = "analytics_area_summary"
+INSIGHTS_PUBLISH: Final = "insights_publish"
 
 TOOL_KINDS: Final[dict[str, ToolKind]] = {
     SEARCH_CONTACTS: ToolKind.READ,
@@ -39,6 +42,8 @@ TOOL_KINDS: Final[dict[str, ToolKind]] = {
     LIST_FOLLOWUPS: ToolKind.READ,
     CANCEL_FOLLOWUP: ToolKind.WRITE,
     MEMORY_SAVE_FACT: ToolKind.WRITE,
+    ANALYTICS_AREA_SUMMARY: ToolKind.READ,
+    INSIGHTS_PUBLISH: ToolKind.WRITE,
 }
 
 # Offered only when the version's ``followup.callback_enabled`` allows it [004 §4.4];
@@ -57,8 +62,9 @@ WRITE_TOOL_AREAS: Final[dict[str, str]] = {
 }
 
 # Write tools never gated by autonomy: asking for a person is a safety valve, not an action.
-# Saving a fact writes only our own memory (docs/memory.md), nothing the customer sees.
-UNGATED_WRITE_TOOLS: Final = frozenset({REQUEST_HUMAN_HANDOFF, MEMORY_SAVE_FACT})
+# Saving a fact writes only our own memory (docs/memory.md), nothing the customer sees; publishing
+# insights only fills the owner's Home (docs/analysis.md).
+UNGATED_WRITE_TOOLS: Final = frozenset({REQUEST_HUMAN_HANDOFF, MEMORY_SAVE_FACT, INSIGHTS_PUBLISH})
 
 # How an executed action is undone, where it can be: the undo tool and the result field naming
 # the argument it needs ({undo argument: result field}). A sent message cannot be unsent.

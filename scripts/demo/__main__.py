@@ -21,8 +21,9 @@ from pathlib import Path
 import httpx
 
 from scripts.demo import bootstrap, processes
+from scripts.demo.owner import play
 from scripts.demo.report import Report
-from scripts.demo.scenario import Stage, play
+from scripts.demo.scenario import Stage
 from switchboard.settings import DatabaseSettings
 
 RUN_DIR = processes.REPO_ROOT / "var" / "demo"

@@ -146,11 +146,13 @@ def _version(model: ModelChoice, channel_id: str, **overrides: Any) -> dict[str,
     body: dict[str, Any] = {
         "system_prompt": (
             "Você é o assistente da Loja Demo. Responda em poucas palavras; use o histórico da conversa "
-            "quando o cliente perguntar pelos pedidos dele."
+            "quando o cliente perguntar pelos pedidos dele. Quando o cliente pedir o catálogo, envie-o com "
+            "crm_send_whatsapp_message."
         ),
         "provider": model.provider,
         "model": model.model,
-        "tool_ids": ["crm_get_conversation_history", "crm_search_contacts"],
+        # The send tool is a write: under the default ``propose`` autonomy a call becomes an action to approve.
+        "tool_ids": ["crm_get_conversation_history", "crm_search_contacts", "crm_send_whatsapp_message"],
         "trigger_config": {"event_types": ["message"], "ignore_groups": True},
         "channel_session_id": channel_id,
         "max_steps": 4,

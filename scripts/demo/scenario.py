@@ -1,5 +1,7 @@
 """The scripted customer messages, played through the real signed WAHA webhook, and what must follow.
 
+(The owner's side — proposals, approval, ``/todo``, the Home digest — is scripts/demo/owner.py.)
+
 Each scenario sends its messages, waits (polling with a deadline) for the runs that
 answer them (``GET /api/v1/runs``) and for what the channel server received, prints
 it, and records its expectations in the :class:`Report`. It also returns what it saw
@@ -55,6 +57,7 @@ class ScenarioResult:
     runs: list[dict[str, Any]]
     replies: list[dict[str, Any]]
     conversation: dict[str, Any] | None = None
+    details: dict[str, Any] = field(default_factory=dict)  # what else a step observed (decisions, to-do items…)
 
 
 def tool_call_names(run: dict[str, Any] | None) -> list[str]:
@@ -159,7 +162,7 @@ async def wait_replies(stage: Stage, chat_id: str, count: int) -> list[dict[str,
     return rows
 
 
-def _reply_expectations(stage: Stage, scenario: str, runs: list[dict[str, Any]], replies: list[dict[str, Any]]) -> None:
+def reply_expectations(stage: Stage, scenario: str, runs: list[dict[str, Any]], replies: list[dict[str, Any]]) -> None:
     """Each completed run's final text reached the customer exactly once, and nothing else did."""
     if stage.channel is None:
         stage.report.expect(scenario, "the customer received the replies", False, "no channel server running")
@@ -212,7 +215,7 @@ async def tool_question(stage: Stage) -> ScenarioResult:
         bool(tools) and (stage.org.model.is_llm or HISTORY_TOOL in tools),
         f"trace tools: {tools}",
     )
-    _reply_expectations(stage, name, runs, replies)
+    reply_expectations(stage, name, runs, replies)
     return ScenarioResult(name, chat, messages, runs, replies)
 
 
@@ -240,7 +243,7 @@ async def burst(stage: Stage) -> ScenarioResult:
     )
     stage.report.expect(name, "the runs never overlapped", not overlap)
     stage.report.expect(name, "both runs completed", bool(runs) and all(r["status"] == "completed" for r in runs))
-    _reply_expectations(stage, name, runs, replies)
+    reply_expectations(stage, name, runs, replies)
     return ScenarioResult(name, chat, messages, runs, replies)
 
 
@@ -254,6 +257,24 @@ async def conversation_state(stage: Stage, conversation_id: str) -> dict[str, An
 
 
 def _conversation_from_db(database_url: str, org_id: str, conversation_id: str) -> dict[str, Any] | None:
+    rows = db_rows(
+        database_url,
+        org_id,
+        "SELECT status, assigned_user_id, handoff_at FROM conversations WHERE id = :id",
+        {"id": conversation_id},
+    )
+    if not rows:
+        return None
+    row = rows[0]
+    return {
+        "status": row["status"],
+        "assigned_user_id": None if row["assigned_user_id"] is None else str(row["assigned_user_id"]),
+        "handoff_at": None if row["handoff_at"] is None else row["handoff_at"].isoformat(),
+    }
+
+
+def db_rows(database_url: str, org_id: str, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """A read the API has no endpoint for, in the org's tenant scope (row-level security); blocking."""
     from sqlalchemy import text
     from sqlalchemy.orm import Session
 
@@ -263,19 +284,9 @@ def _conversation_from_db(database_url: str, org_id: str, conversation_id: str) 
     try:
         with Session(engine) as session, session.begin():
             set_tenant(session, org_id)
-            row = session.execute(
-                text("SELECT status, assigned_user_id, handoff_at FROM conversations WHERE id = :id"),
-                {"id": conversation_id},
-            ).one_or_none()
+            return [dict(row._mapping) for row in session.execute(text(sql), params)]
     finally:
         engine.dispose()
-    if row is None:
-        return None
-    return {
-        "status": row.status,
-        "assigned_user_id": None if row.assigned_user_id is None else str(row.assigned_user_id),
-        "handoff_at": None if row.handoff_at is None else row.handoff_at.isoformat(),
-    }
 
 
 async def handoff(stage: Stage) -> ScenarioResult:
@@ -354,73 +365,4 @@ async def budget_limited(stage: Stage) -> ScenarioResult:
     return ScenarioResult(name, chat, messages, runs, replies)
 
 
-async def api_paths(stage: Stage) -> set[str]:
-    """The routes the running API has (its OpenAPI document): how a step finds out its feature exists."""
-    response = await stage.api.get("/openapi.json")
-    response.raise_for_status()
-    return set(response.json().get("paths", {}))
-
-
-async def propose_and_todo(stage: Stage) -> None:
-    """Issue 6: a write proposed under ``propose`` autonomy, approved once; the ``/todo`` slash command."""
-    name = "propose/approve, /todo"
-    stage.report.section("5. propose → approve, and the /todo slash command")
-    autonomy = sorted(p for p in await api_paths(stage) if "autonomy" in p or "approve" in p)
-    if not autonomy:
-        stage.report.skip(name, "a write proposed under propose autonomy, approved, executed once", "autonomy API")
-        stage.report.skip(name, "the /todo slash command lists the Home to-do items", "slash commands (issue 6)")
-        return
-    stage.report.skip(
-        name, "propose/approve and /todo", f"the API has {autonomy} but this demo step is not written yet"
-    )
-
-
-async def home_digest(stage: Stage, runs_played: int) -> dict[str, Any] | None:
-    """Today's Home digest, once it counts the runs the demo played (the brief materializes it from the streams)."""
-    name = "home digest"
-    stage.report.section("6. the Home digest")
-    path = "/api/v1/home/daily-brief"
-    if path not in await api_paths(stage):
-        stage.report.skip(name, "the Home digest shows today's runs", f"GET {path} (brief)")
-        return None
-    deadline = time.monotonic() + stage.timeout_s / 2
-    digest: dict[str, Any] = {}
-    status = 0
-    while _pulse(digest, "runs") < runs_played and time.monotonic() < deadline:
-        response = await stage.api.get(path, headers=stage.org.headers())  # the org's today
-        status = response.status_code
-        if status == 200:
-            digest = response.json()["data"].get("digest") or {}
-        await asyncio.sleep(0.5)
-    pulse = digest.get("pulse") or {}
-    stage.report.kv("pulse", pulse.get("text", pulse))
-    for key in ("done", "todo"):
-        for item in digest.get(key) or []:
-            stage.report.kv(key, item.get("text") or item)
-    planets = [f"{p.get('label')}: {p.get('status')}" for p in digest.get("planets") or [] if isinstance(p, dict)]
-    if planets:
-        stage.report.kv("planets", ", ".join(planets))
-    stage.report.expect(
-        name,
-        f"the digest counts the {runs_played} runs played and the handoff",
-        _pulse(digest, "runs") >= runs_played and _pulse(digest, "handoffs") >= 1,
-        f"HTTP {status}: pulse {pulse}",
-    )
-    return digest
-
-
-def _pulse(digest: dict[str, Any], key: str) -> int:
-    pulse = digest.get("pulse")
-    value = pulse.get(key) if isinstance(pulse, dict) else None
-    return value if isinstance(value, int) else 0
-
-
 SCENARIOS: tuple[Callable[[Stage], Awaitable[ScenarioResult]], ...] = (tool_question, burst, handoff, budget_limited)
-
-
-async def play(stage: Stage) -> list[ScenarioResult]:
-    """Every scenario in order, then the issue-6 steps and the Home digest."""
-    results = [await scenario(stage) for scenario in SCENARIOS]
-    await propose_and_todo(stage)
-    await home_digest(stage, sum(len(r.runs) for r in results))
-    return results

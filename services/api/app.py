@@ -12,6 +12,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from services.api.agents.endpoints import router as agents_router
+from services.api.analysis.endpoints import router as insights_router
+from services.api.analysis.scheduler import AnalysisScheduler
 from services.api.audit.endpoints import router as audit_router
 from services.api.autonomy.endpoints import router as autonomy_router
 from services.api.catalog.endpoints import router as catalog_router
@@ -71,10 +73,22 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         if settings.followup_scheduler:
             scheduler = FollowupScheduler(app.state.database.sessions, app.state.serde, poll_s=settings.followup_poll_s)
             scheduler.start()
+        # The daily analysis fan-out, once per org and local day (docs/analysis.md); every replica may run it.
+        analysis: AnalysisScheduler | None = None
+        if settings.analysis_scheduler:
+            analysis = AnalysisScheduler(
+                app.state.database.sessions,
+                app.state.serde,
+                local_hour=settings.analysis_local_hour,
+                poll_s=settings.analysis_poll_s,
+            )
+            analysis.start()
         try:
             async with mcp.lifespan() if mcp is not None else contextlib.nullcontext():
                 yield
         finally:
+            if analysis is not None:
+                await analysis.stop()
             if scheduler is not None:
                 await scheduler.stop()
             if relay is not None:
@@ -129,6 +143,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         conversations_router,
         org_webhooks_router,
         autonomy_router,
+        insights_router,
     ):
         app.include_router(router)
     if mcp is not None:

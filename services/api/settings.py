@@ -25,5 +25,11 @@ class ApiSettings(ServiceSettings):
     followup_scheduler: bool = True
     # Seconds between two scans for due follow-ups (a follow-up fires at most this late).
     followup_poll_s: float = Field(default=1.0, gt=0, le=60)
+    # Run each org's analysis agents once a day from this process (docs/analysis.md); safe on every replica.
+    analysis_scheduler: bool = True
+    # Local hour (organizations.time_zone) from which an org's daily analysis is due.
+    analysis_local_hour: int = Field(default=6, ge=0, le=23)
+    # Seconds between two scans for orgs whose analysis is due.
+    analysis_poll_s: float = Field(default=60.0, gt=0, le=3600)
     # Provider endpoints used to validate BYO keys (env prefix ``PROVIDERS_``).
     providers: ProviderSettings = Field(default_factory=ProviderSettings)

@@ -22,6 +22,7 @@ from services.notifier.metrics import MESSAGES_DELIVERED, NOTIFICATIONS, SEND_AT
 from services.notifier.retry import Outcome, RetryPolicy, send_with_retry
 from services.notifier.store import Claimed, Notification, NotifierStore
 from switchboard.contracts import HandoffTriggered, Insight, RunCompleted, RunStatus
+from switchboard.contracts.enums import InsightKind, InsightStatus
 from switchboard.db.models.notifications import NotificationState
 from switchboard.kafka.consumer import Inbound
 from switchboard.observability.logging import get_logger
@@ -79,7 +80,19 @@ class NotifierHandlers:
                     "queued messages not sent", extra={**where, "status": completed.status.value, "count": cancelled}
                 )
             return
-        for claimed in await self._store.claim_run(completed):
+        await self._send_claimed(completed.org_id, completed.run_id, await self._store.claim_run(completed), where)
+
+    async def on_action_approved(self, insight: Insight) -> None:
+        """An approved proposal ran its send tool after the run ended: deliver what it queued, once."""
+        assert insight.run_id is not None
+        where = {"run_id": str(insight.run_id), "org_id": str(insight.org_id), "insight_key": insight.insight_key}
+        claimed = await self._store.claim_intents(insight.org_id, insight.run_id)
+        await self._send_claimed(insight.org_id, insight.run_id, claimed, where)
+
+    async def _send_claimed(
+        self, org_id: uuid.UUID, run_id: uuid.UUID, claims: list[Claimed], where: dict[str, str]
+    ) -> None:
+        for claimed in claims:
             await self._hooks.after_claim(claimed)
             outcome = await self._deliver(claimed, where)
             await self._hooks.after_send(claimed)
@@ -88,8 +101,8 @@ class NotifierHandlers:
             SEND_ATTEMPTS.labels(channel_name).inc(outcome.attempts)
             MESSAGES_DELIVERED.labels(channel_name, claimed.kind.value, "sent" if error is None else "failed").inc()
             await self._store.record_outcome(
-                completed.org_id,
-                completed.run_id,
+                org_id,
+                run_id,
                 claimed,
                 attempts=outcome.attempts,
                 external_id=outcome.result.external_id if outcome.result else None,
@@ -150,6 +163,13 @@ class NotifierHandlers:
             await self._notify(handoff.org_id, notification)
 
     async def on_insight(self, insight: Insight) -> None:
+        if (
+            insight.kind is InsightKind.PROPOSED_ACTION
+            and insight.status is InsightStatus.ACTIONED
+            and insight.run_id is not None
+        ):
+            await self.on_action_approved(insight)
+            return
         if not insight.insight_key.startswith(BUDGET_INCIDENT_PREFIX):
             return
         payload = {

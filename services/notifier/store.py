@@ -32,6 +32,7 @@ from switchboard.db.models.notifications import (
     org_webhook_aad,
 )
 from switchboard.db.session import async_tenant_transaction
+from switchboard.internal_chats import is_internal_chat
 from switchboard.observability.scrubbing import scrub_text
 from switchboard.rotation import channel_session_aad
 
@@ -99,45 +100,60 @@ class NotifierStore:
                 target = completed.would_send_to
                 assert target is not None  # _record_reply returned an id
                 candidates.append((reply, DeliveryKind.REPLY, target.chat_id))
-            routes: dict[uuid.UUID, tuple[Route | None, str | None]] = {}
-            claimed: list[Claimed] = []
-            for message, kind, chat_id in candidates:
-                if message.channel_session_id not in routes:
-                    routes[message.channel_session_id] = await self._route(session, org_id, message.channel_session_id)
-                route, route_error = routes[message.channel_session_id]
-                won = await session.scalar(
-                    insert(RunDelivery)
-                    .values(
-                        org_id=org_id,
-                        run_id=completed.run_id,
-                        message_id=message.id,
-                        kind=kind.value,
-                        channel=route.channel if route else "none",
-                        status=DeliveryState.SENDING.value,
-                    )
-                    .on_conflict_do_nothing(index_elements=[RunDelivery.message_id])
-                    .returning(RunDelivery.id)
+            return await self._claim(session, org_id, completed.run_id, candidates)
+
+    async def claim_intents(self, org_id: uuid.UUID, run_id: uuid.UUID) -> list[Claimed]:
+        """Claim what the run's send tool queued after the run ended (an action the owner approved)."""
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            return await self._claim(session, org_id, run_id, await self._intents(session, org_id, run_id))
+
+    async def _claim(
+        self,
+        session: AsyncSession,
+        org_id: uuid.UUID,
+        run_id: uuid.UUID,
+        candidates: list[tuple[Message, DeliveryKind, str]],
+    ) -> list[Claimed]:
+        """One ``run_deliveries`` claim per message, won at most once ever (unique message id)."""
+        routes: dict[uuid.UUID, tuple[Route | None, str | None]] = {}
+        claimed: list[Claimed] = []
+        for message, kind, chat_id in candidates:
+            if message.channel_session_id not in routes:
+                routes[message.channel_session_id] = await self._route(session, org_id, message.channel_session_id)
+            route, route_error = routes[message.channel_session_id]
+            won = await session.scalar(
+                insert(RunDelivery)
+                .values(
+                    org_id=org_id,
+                    run_id=run_id,
+                    message_id=message.id,
+                    kind=kind.value,
+                    channel=route.channel if route else "none",
+                    status=DeliveryState.SENDING.value,
                 )
-                if won is None:
-                    interrupted = await session.execute(
-                        update(RunDelivery)
-                        .where(
-                            RunDelivery.message_id == message.id,
-                            RunDelivery.status == DeliveryState.SENDING.value,
-                        )
-                        .values(status=DeliveryState.UNKNOWN.value, error_code="interrupted")
+                .on_conflict_do_nothing(index_elements=[RunDelivery.message_id])
+                .returning(RunDelivery.id)
+            )
+            if won is None:
+                interrupted = await session.execute(
+                    update(RunDelivery)
+                    .where(
+                        RunDelivery.message_id == message.id,
+                        RunDelivery.status == DeliveryState.SENDING.value,
                     )
-                    if getattr(interrupted, "rowcount", 0):
-                        MESSAGES_DELIVERED.labels(route.channel if route else "none", kind.value, "unknown").inc()
-                    continue
-                claimed.append(Claimed(message.id, kind, message.body, chat_id, route, route_error))
+                    .values(status=DeliveryState.UNKNOWN.value, error_code="interrupted")
+                )
+                if getattr(interrupted, "rowcount", 0):
+                    MESSAGES_DELIVERED.labels(route.channel if route else "none", kind.value, "unknown").inc()
+                continue
+            claimed.append(Claimed(message.id, kind, message.body, chat_id, route, route_error))
         return claimed
 
     async def _record_reply(self, session: AsyncSession, completed: RunCompleted) -> uuid.UUID | None:
         target = completed.would_send_to
         text = (completed.final_text or "").strip()
-        if target is None or not text:
-            return None
+        if target is None or not text or is_internal_chat(target.chat_id):
+            return None  # nothing to say, or nobody to say it to (an internal conversation)
         key = reply_dedupe_key(completed.run_id)
         await session.execute(
             insert(Message)

@@ -6,8 +6,8 @@ silent drop or a model guessing what was meant. The run completes with that
 reply as its final text (the notifier sends it like any answer) and no model
 call; the parser's stable code is in the run's summary.
 
-Well-formed commands are not acted upon here yet (``/plan``, ``/goal``, ``/loop``,
-skills: docs/agent-context.md "Not done yet"); they reach the model as text.
+Well-formed commands are acted upon by ``services.runner.turns`` (``/plan``, ``/goal``,
+``/loop``, skills) and ``services.runner.compact`` (``/compact``); docs/agent-context.md.
 """
 
 from __future__ import annotations

@@ -62,6 +62,9 @@ class RunMode(StrEnum):
     """What kind of turn this is; each mode has its own run contract [002 "Contratto di esecuzione"]."""
 
     REPLY = "reply"
+    # Issue 6 item 4, slash commands (services/runner/turns.py, docs/agent-context.md).
+    PLAN = "plan"
+    GOAL = "goal"
 
 
 _MODE_RULES: dict[RunMode, tuple[str, ...]] = {
@@ -71,6 +74,21 @@ _MODE_RULES: dict[RunMode, tuple[str, ...]] = {
         "Never invent facts about the business; if you do not know, say so.",
         "Values written like <email_1>, <phone_1> or <contact_1> stand for the customer's real data: use them "
         "as they are, in tools and in your answer; they are filled in before anything is sent.",
+    ),
+    # Slash commands (issue 6 item 4): the local tools named here are always offered in their mode.
+    RunMode.PLAN: (
+        "Plan mode: do not act. You may only read (the tools offered are read-only) and then propose a plan.",
+        "Deliver the plan by calling submit_plan with numbered, concrete steps; the plan is what is sent. "
+        "A run that never calls submit_plan produces nothing.",
+        "Values written like <email_1>, <phone_1> or <contact_1> stand for real data: use them as they are.",
+    ),
+    RunMode.GOAL: (
+        "Autonomous work: pursue the goal in the Directive layer with the tools offered, without waiting for "
+        "the customer. This run is one segment of the goal with its own cost budget; the goal continues in a "
+        "next segment until it is done or its budget is spent.",
+        "When the goal is achieved, call goal_complete with a short report. Otherwise end the segment with a "
+        "short progress note: it is sent to the conversation.",
+        "Values written like <email_1>, <phone_1> or <contact_1> stand for real data: use them as they are.",
     ),
 }
 

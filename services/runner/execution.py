@@ -27,11 +27,13 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from services.runner.autonomy import RunAutonomy
 from services.runner.autonomy_store import AutonomyStore
-from services.runner.budget import RunLimits
+from services.runner.budget import ModelPrice, RunLimits
+from services.runner.classification import LabelResult, classify_inbound, with_labels_layer
 from services.runner.commands import malformed_command_reply
 from services.runner.context import ContextBuilder, compose, default_builders, prompt_record
 from services.runner.credentials import CredentialResolver, NoCredential
@@ -49,6 +51,7 @@ from services.runner.metrics import (
     TOOL_CALLS,
 )
 from services.runner.outcome import (
+    ALREADY_ANSWERED,
     HandoffRequest,
     LoopOutcome,
     OutcomeKind,
@@ -59,6 +62,7 @@ from services.runner.pii import PiiInterceptor, PiiToolBox, Pseudonymizer
 from services.runner.providers import ProviderRegistry, UnknownProvider
 from services.runner.providers.base import (
     CredentialSource,
+    ModelProvider,
     ProviderAccess,
     ProviderError,
     ProviderErrorKind,
@@ -67,12 +71,16 @@ from services.runner.providers.base import (
 from services.runner.settings import RunnerSettings
 from services.runner.steering import RunSteering
 from services.runner.store import ClaimState, Finish, RunStore
+from services.runner.subagents import NestedRuntime, SubAgentTools, load_subagents
 from services.runner.subject import RunSubject
 from services.runner.tools import McpToolBox, NoTools, ToolBox, ToolCatalog, ToolServerUnavailable
+from services.runner.turns import Turn, TurnPlanner
 from switchboard.contracts import Action, RunRequested, SendTarget
 from switchboard.contracts.enums import ErrorFamily, HandoffTrigger, RunStatus, Urgency
+from switchboard.internal_chats import is_internal_chat
 from switchboard.observability.logging import get_logger
 from switchboard.run_tokens import RunTokenClaims, mint_run_token
+from switchboard.slash_commands import is_compact_request
 from switchboard.tool_catalog import REQUEST_HUMAN_HANDOFF, TOOL_KINDS, ToolKind
 
 log = get_logger(__name__)
@@ -92,6 +100,7 @@ class RunHandle:
     superseded: bool = False
     loop: AgentLoop | None = None
     autonomy: RunAutonomy | None = None  # issue 6: autonomy gate state (docs/autonomy.md)
+    answered_by: uuid.UUID | None = None  # a recovery attempt whose messages were answered already
     accepted_at: float = field(default_factory=time.monotonic)
 
 
@@ -114,6 +123,10 @@ class RunnerDeps:
     # Issue 6 (docs/memory.md): background work started once a run is recorded (thread summary,
     # follow-up link); each hook returns at once and never delays or fails the run.
     after_run: Sequence[Callable[[RunSubject, ProviderAccess | None], None]] = ()
+    # Issue 6 item 4 (docs/agent-context.md "Slash commands"): plan / goal / loop / skill turns, and the
+    # summarize-only run of /compact. None: every run is a plain reply turn.
+    turns: TurnPlanner | None = None
+    compact: Callable[[RunSubject, ProviderAccess | None], Awaitable[LoopOutcome]] | None = None
 
 
 def _labels(request: RunRequested) -> dict[str, str]:
@@ -159,6 +172,13 @@ class RunExecutor:
         )
         log.info("run started", extra={**labels, "provider": version.provider, "model": version.model})
         preset, access = begun
+        if handle.answered_by is not None:
+            log.warning("recovery attempt found its messages answered; nothing to do", extra=labels)
+            preset = LoopOutcome(
+                OutcomeKind.ABORTED,
+                abort_reason=ALREADY_ANSWERED,
+                summary=f"Not run: run {handle.answered_by} already answered these messages.",
+            )
         if preset is not None and preset.handoff is not None:
             events.debug("handoff_keyword", f"matched {preset.handoff.matched_keyword!r} before any model call")
         try:
@@ -247,6 +267,7 @@ class RunExecutor:
             )
             if claim.state is ClaimState.CREATED:
                 handle.status = "pending"
+                handle.answered_by = claim.answered_by
                 return claim.subject
             if claim.state is ClaimState.DUPLICATE:
                 log.info(
@@ -279,9 +300,16 @@ class RunExecutor:
         command_reply = malformed_command_reply(subject)
         if command_reply is not None:
             return command_reply
+        # Issue 6 item 4: /compact only summarizes; a slash turn sets mode, tools, directive and budget.
+        if self._deps.compact is not None and is_compact_request(request.request_id):
+            return await self._deps.compact(subject, access)
+        turn = await self._deps.turns.prepare(subject) if self._deps.turns is not None else Turn(subject)
+        if turn.reply is not None:
+            return turn.reply
+        subject = turn.subject
         provider = self._deps.providers.get(version.provider)
         price = await self._deps.store.price(version.provider, version.model)
-        granted = version.granted_tools()
+        granted = turn.tools(version.granted_tools())
         # Autonomy (issue 6, docs/autonomy.md): areas that are off offer no write tools.
         autonomy = await RunAutonomy.load(self._deps.autonomy, subject, granted) if self._deps.autonomy else None
         handle.autonomy = autonomy
@@ -297,19 +325,29 @@ class RunExecutor:
                 return _tool_server_down()
             if FINISH_TOOL in version.tool_ids:
                 specs.append(FINISH_SPEC)
-            draft = await compose(subject, specs, self._deps.builders(self._deps.store))
+            # Issue 6 item 9 (docs/agent-context.md "Sub-agents and classification"): granted agents as tools.
+            subagents = await self._subagent_tools(subject, pii, events, labels)
+            specs += subagents.specs if subagents is not None else []
+            specs.extend(turn.local_tools)  # issue 6 item 4: submit_plan / goal_complete
+            draft = await compose(subject, specs, turn.builders(self._deps.builders(self._deps.store)), mode=turn.mode)
             if autonomy is not None:  # a resumed run: the paused call and the owner's decision
                 draft = autonomy.resumed(draft)
+            # Issue 6 item 9: the optional classification step, before the loop.
+            labeled = await self._classify(subject, provider, access, price, pii)
+            if labeled is not None and labeled.labels is not None:
+                draft = with_labels_layer(draft, labeled.labels)
             prompt = prompt_record(pii.layers(draft.system), pii.messages(draft.messages), draft.tools)
             loop = AgentLoop(
                 config=LoopConfig(
                     model=version.model,
-                    limits=RunLimits(
-                        max_steps=version.max_steps,
-                        token_budget=version.token_budget,
-                        cost_budget_micros=version.cost_budget_micros,
-                        max_output_tokens=self._settings.max_output_tokens,
-                        min_output_tokens=self._settings.min_output_tokens,
+                    limits=turn.limits(
+                        RunLimits(
+                            max_steps=version.max_steps,
+                            token_budget=version.token_budget,
+                            cost_budget_micros=version.cost_budget_micros,
+                            max_output_tokens=self._settings.max_output_tokens,
+                            min_output_tokens=self._settings.min_output_tokens,
+                        )
                     ),
                     price=price,
                     call_timeout_s=self._settings.model_call_timeout_s,
@@ -329,15 +367,69 @@ class RunExecutor:
                 steering=handle.steering,
                 interceptors=[
                     *self._deps.interceptors(labels),
+                    *turn.interceptors,
+                    *([subagents] if subagents is not None else []),
                     *([autonomy.gate(pii)] if autonomy is not None else []),
                     PiiInterceptor(pii),
                 ],
                 pii=pii,
             )
             handle.loop = loop
-            return pii.reveal_outcome(await loop.run(draft))
+            turn.watch(lambda: loop.cost_micros)
+            if subagents is not None:
+                subagents.bind(loop)
+            if labeled is not None:  # its tokens and cost are the run's
+                loop.absorb(labeled.entries, labeled.usage, labeled.cost_micros)
+            return pii.reveal_outcome(await turn.settle(await loop.run(draft)))
         finally:
             await toolbox.aclose()
+
+    # ------------------------------------------------------------------ issue 6 item 9
+
+    async def _subagent_tools(
+        self, subject: RunSubject, pii: Pseudonymizer, events: RunEvents, labels: dict[str, str]
+    ) -> SubAgentTools | None:
+        """The version's granted agents as tools (``services/runner/subagents.py``); None without any."""
+        if not subject.version.subagent_ids:
+            return None
+        deps = self._deps
+        runtime = NestedRuntime(
+            subject=subject,
+            load=lambda org_id, ids: load_subagents(deps.store, deps.providers, deps.credentials, org_id, ids),
+            providers=deps.providers.get,
+            price=deps.store.price,
+            toolbox=self._toolbox,
+            interceptors=lambda: deps.interceptors(labels),
+            pii=pii,
+            events=events,
+        )
+        return await runtime.tools_for(subject.version, depth=0, chain=frozenset({subject.request.agent_id}))
+
+    async def _classify(
+        self,
+        subject: RunSubject,
+        provider: ModelProvider,
+        access: ProviderAccess | None,
+        price: ModelPrice,
+        pii: Pseudonymizer,
+    ) -> LabelResult | None:
+        """Labels for the inbound message(s) when the version asks, stored on the run row."""
+        if not subject.version.classification_enabled or not subject.inbound_text:
+            return None
+        labeled = await classify_inbound(
+            subject.inbound_text,
+            provider=provider,
+            access=access or ProviderAccess(source=CredentialSource.NONE, base_url=None),
+            model=subject.version.model,
+            price=price,
+            pii=pii,
+            timeout_s=self._settings.model_call_timeout_s,
+        )
+        if labeled.labels is not None:
+            await _with_db_retries(
+                lambda: self._deps.store.save_classification(subject.request, labeled.labels.as_json())  # type: ignore[union-attr]
+            )
+        return labeled
 
     def _toolbox(self, subject: RunSubject, granted: tuple[str, ...]) -> ToolBox:
         if self._deps.toolbox_factory is not None:
@@ -400,7 +492,10 @@ class RunExecutor:
         )
         would_send_to = (
             SendTarget(channel_session_id=subject.conversation.channel_session_id, chat_id=subject.conversation.chat_id)
-            if classification.status is RunStatus.COMPLETED and outcome.final_text and subject.conversation
+            if classification.status is RunStatus.COMPLETED
+            and outcome.final_text
+            and subject.conversation
+            and not is_internal_chat(subject.conversation.chat_id)
             else None
         )
         finish = Finish(
@@ -488,12 +583,18 @@ _AUTH_CODE = ProviderError(ProviderErrorKind.AUTH, provider="any").code
 
 async def _with_db_retries(action: Callable[[], Awaitable[T]], *, attempts: int = 4) -> T:
     """Run one transaction, again after a transient database error (deadlock victim, lost
-    connection, serialization failure); constraint violations are not transient and raise at once."""
+    connection, serialization failure, no pooled connection free in time — a burst of runs);
+    constraint violations are not transient and raise at once."""
     for attempt in range(1, attempts + 1):
         try:
             return await action()
         except IntegrityError:
             raise
+        except PoolTimeout:
+            if attempt == attempts:
+                raise
+            log.warning("database pool exhausted, retrying", extra={"attempt": attempt})
+            await asyncio.sleep(0.1 * 2**attempt)
         except DBAPIError as exc:
             if attempt == attempts or not (exc.connection_invalidated or _transient(exc)):
                 raise

@@ -147,6 +147,37 @@ def estimate_request_tokens(request: ModelRequest) -> int:
     )
 
 
+def model_entry(
+    response: ModelResponse,
+    cost: int,
+    *,
+    step: int,
+    started: float,
+    started_at: str,
+    attempts: int,
+    max_output_tokens: int,
+    text: str | None = None,
+) -> dict[str, Any]:
+    """One ``model`` trace entry (also for calls made for the run outside the loop: classification)."""
+    return {
+        "step": step,
+        "kind": "model",
+        "started_at": started_at,
+        "ended_at": _now(),
+        "duration_ms": int((time.monotonic() - started) * 1000),
+        "attempts": attempts,
+        "max_output_tokens": max_output_tokens,
+        "stop_reason": response.stop_reason.value,
+        "text": (response.text if text is None else text)[:TRACE_TEXT_CHARS],
+        "tool_calls": [c.name for c in response.tool_calls],
+        "tokens_in": response.usage.input_tokens,
+        "tokens_out": response.usage.output_tokens,
+        "cache_read_tokens": response.usage.cache_read_tokens,
+        "cache_write_tokens": response.usage.cache_write_tokens,
+        "cost_micros": cost,
+    }
+
+
 class AgentLoop:
     """Runs one prompt to an outcome. Create one per run."""
 
@@ -175,6 +206,10 @@ class AgentLoop:
         self._interceptors = list(interceptors)
         self._usage = TokenUsage()
         self._cost = 0
+        # Issue 6 item 9: work done for this run outside its own model calls (classification,
+        # sub-agents) is summed into the totals; its cost was priced at its own model's price.
+        self._own_usage = TokenUsage()
+        self._absorbed_cost = 0
         self._steps = 0
         self._tool_calls = 0
         self._watchdog: asyncio.Timeout | None = None
@@ -189,6 +224,33 @@ class AgentLoop:
     @property
     def steps(self) -> int:
         return self._steps
+
+    @property
+    def config(self) -> LoopConfig:
+        return self._config
+
+    @property
+    def usage(self) -> TokenUsage:
+        """Tokens used so far, absorbed work included."""
+        return self._usage
+
+    @property
+    def cost_micros(self) -> int:
+        return self._cost
+
+    def absorb(self, entries: Sequence[dict[str, Any]], usage: TokenUsage, cost_micros: int) -> None:
+        """Count work done for this run outside its own model calls (a classification, a sub-agent's
+        nested loop; docs/agent-context.md): its trace entries join this run's, its usage and cost
+        its totals — so the next step's budget check and the run's record include them."""
+        self._pending.extend(entries)
+        self._usage = self._usage + usage
+        self._absorbed_cost += cost_micros
+        self._cost += cost_micros
+        self._touch()
+
+    def touch(self) -> None:
+        """Output happened on this run's behalf (a sub-agent's step): reset the silence watchdog."""
+        self._touch()
 
     async def run(self, draft: PromptDraft) -> LoopOutcome:
         try:
@@ -373,30 +435,23 @@ class AgentLoop:
         self._touch()
         cost = self._config.price.cost(response.usage)
         self._pending.append(
-            {
-                "step": self._steps + 1,
-                "kind": "model",
-                "started_at": started_at,
-                "ended_at": _now(),
-                "duration_ms": int((time.monotonic() - started) * 1000),
-                "attempts": attempt,
-                "max_output_tokens": request.max_output_tokens,
-                "stop_reason": response.stop_reason.value,
-                "text": response.text[:TRACE_TEXT_CHARS],
-                "tool_calls": [c.name for c in response.tool_calls],
-                "tokens_in": response.usage.input_tokens,
-                "tokens_out": response.usage.output_tokens,
-                "cache_read_tokens": response.usage.cache_read_tokens,
-                "cache_write_tokens": response.usage.cache_write_tokens,
-                "cost_micros": cost,
-            }
+            model_entry(
+                response,
+                cost,
+                step=self._steps + 1,
+                started=started,
+                started_at=started_at,
+                attempts=attempt,
+                max_output_tokens=request.max_output_tokens,
+            )
         )
         return response
 
     def _account(self, response: ModelResponse) -> None:
         before = self._cost
         self._usage = self._usage + response.usage
-        self._cost = self._config.price.cost(self._usage)
+        self._own_usage = self._own_usage + response.usage
+        self._cost = self._config.price.cost(self._own_usage) + self._absorbed_cost
         if response.thinking:
             self._events.thinking(response.thinking)
         if response.text:

@@ -39,6 +39,11 @@ class OutcomeKind(StrEnum):
     HANDED_BACK = "handed_back"
 
 
+# A recovery attempt whose messages an earlier attempt already answered (its late run_completed
+# raced the lease): nothing is run, nothing is sent — one reply per message (docs/runner.md).
+ALREADY_ANSWERED = "already_answered"
+
+
 # Abort reasons (``ai_agent_runs.abort_reason``, ``run_completed.abort_reason``).
 INTERRUPTED = "interrupted"
 SILENCE_TIMEOUT = "silence_timeout"
@@ -102,6 +107,7 @@ _ABORT_FAMILIES = {
     LOOPING: (Vitality.LOOPING, None),
     SILENCE_TIMEOUT: (Vitality.STALLED, ErrorFamily.SILENT_RUN),
     INTERRUPTED: (Vitality.ALIVE, None),
+    ALREADY_ANSWERED: (Vitality.COMPLETED, None),
 }
 
 

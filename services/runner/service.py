@@ -20,6 +20,7 @@ import contextlib
 from dataclasses import dataclass
 
 from services.runner.autonomy_store import AutonomyStore
+from services.runner.compact import Compactor
 from services.runner.context import default_builders
 from services.runner.credentials import CredentialResolver
 from services.runner.events import RunEventPublisher
@@ -29,10 +30,12 @@ from services.runner.memory import FactRetriever, with_memory
 from services.runner.providers import ProviderRegistry, build_providers
 from services.runner.runtime import RunSupervisor
 from services.runner.settings import RunnerSettings
+from services.runner.slash_store import SlashStore
 from services.runner.steering import SteeringListener
 from services.runner.store import RunStore
 from services.runner.summary import ThreadSummarizer
 from services.runner.tools import ToolCatalog
+from services.runner.turns import TurnPlanner
 from services.runner.wake import FollowupLinker, with_followup_context
 from switchboard.contracts import Serde, Topics
 from switchboard.crypto import KeyRing
@@ -120,6 +123,9 @@ class Runner:
                 with_memory(default_builders(), FactRetriever(memory_sessions)), memory_sessions
             ),
             after_run=(summarizer.after_run, linker.after_run),
+            # Issue 6 item 4, docs/agent-context.md "Slash commands".
+            turns=TurnPlanner(SlashStore(memory_sessions, serde)),
+            compact=Compactor(summarizer),
         )
         supervisor = RunSupervisor(RunExecutor(deps), max_in_flight=settings.max_in_flight)
         self.supervisor = supervisor

@@ -78,6 +78,8 @@ class Claim:
     subject: RunSubject | None = None
     busy_run_id: uuid.UUID | None = None
     existing_status: str | None = None
+    # A recovery attempt whose messages another run of the conversation already answered.
+    answered_by: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +131,8 @@ def _version_config(row: AiAgentVersion) -> VersionConfig:
         skills=tuple(row.skills or ()),
         channel_session_id=row.channel_session_id,
         silence_timeout_minutes=row.silence_timeout_minutes,
+        subagent_ids=tuple(row.subagent_ids or ()),
+        classification_enabled=row.classification_enabled,
     )
 
 
@@ -157,7 +161,11 @@ class RunStore:
                 return Claim(ClaimState.DUPLICATE, existing_status=existing)
             for _ in range(2):
                 if await self._insert_pending(session, request):
-                    return Claim(ClaimState.CREATED, subject=await self._subject(session, request))
+                    return Claim(
+                        ClaimState.CREATED,
+                        subject=await self._subject(session, request),
+                        answered_by=await self._answered_by(session, request),
+                    )
                 busy = await self._active_run(session, request)
                 if busy is None:
                     continue  # it ended between the two statements
@@ -167,6 +175,29 @@ class RunStore:
                     return Claim(ClaimState.BUSY, busy_run_id=busy_id)
                 await self._close_lost(session, request.org_id, busy_id)
             return Claim(ClaimState.BUSY, busy_run_id=None)
+
+    async def _answered_by(self, session: AsyncSession, request: RunRequested) -> uuid.UUID | None:
+        """For a recovery attempt: a run of the conversation that already answered all its messages.
+
+        The lease can expire while a finished run's ``run_completed`` is still on its way (a broker
+        or dispatcher outage longer than the lease); the re-dispatched attempt must then not answer
+        the customer a second time (docs/runner.md, "One reply per message")."""
+        message_ids = [m.message_id for m in request.messages]
+        if request.parent_run_id is None or not message_ids:
+            return None
+        answered: uuid.UUID | None = await session.scalar(
+            select(AiAgentRun.id)
+            .where(
+                AiAgentRun.org_id == request.org_id,
+                AiAgentRun.conversation_id == request.conversation_id,
+                AiAgentRun.id != request.run_id,
+                AiAgentRun.is_dry_run.is_(False),
+                AiAgentRun.status.in_([RunStatus.COMPLETED.value, RunStatus.HANDOFF.value]),
+                AiAgentRun.inbound_message_ids.contains(message_ids),
+            )
+            .limit(1)
+        )
+        return answered
 
     async def _insert_pending(self, session: AsyncSession, request: RunRequested) -> bool:
         if request.parent_run_id is not None:
@@ -546,6 +577,41 @@ class RunStore:
                 )
             )
             await session.run_sync(_add_usage, request, outcome.usage, outcome.cost_micros, finish.completed_at)
+
+    # ------------------------------------------------------------------ issue 6 item 9
+
+    async def subagents(
+        self, org_id: uuid.UUID, agent_ids: Sequence[uuid.UUID], resolve: Callable[[Session, VersionConfig], T]
+    ) -> list[tuple[uuid.UUID, str, VersionConfig, T]]:
+        """The published versions of these agents of the org, in the given order (archived or
+        unpublished agents are left out), each with ``resolve`` (its credential) run in the same
+        transaction (docs/agent-context.md "Sub-agents and classification")."""
+        if not agent_ids:
+            return []
+        found: list[tuple[uuid.UUID, str, VersionConfig, T]] = []
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            rows = (
+                await session.execute(
+                    select(AiAgent.id, AiAgent.name, AiAgentVersion)
+                    .join(AiAgentVersion, AiAgentVersion.id == AiAgent.published_version_id)
+                    .where(AiAgent.org_id == org_id, AiAgent.id.in_(list(agent_ids)), AiAgent.archived_at.is_(None))
+                )
+            ).all()
+            for agent_id, name, row in rows:
+                config = _version_config(row)
+                resolved = await session.run_sync(lambda sync, c=config: resolve(sync, c))  # type: ignore[misc]
+                found.append((agent_id, name, config, resolved))
+        order = {agent_id: index for index, agent_id in enumerate(agent_ids)}
+        return sorted(found, key=lambda item: order[item[0]])
+
+    async def save_classification(self, request: RunRequested, labels: dict[str, Any]) -> None:
+        """The inbound message(s)' labels on the run row (``ai_agent_runs.classification``)."""
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            await session.execute(
+                update(AiAgentRun)
+                .where(AiAgentRun.org_id == request.org_id, AiAgentRun.id == request.run_id)
+                .values(classification=labels)
+            )
 
     async def heartbeat(self, org_id: uuid.UUID, run_ids: Sequence[uuid.UUID]) -> None:
         """Refresh the lease column. Rows locked by their own run's write are skipped (that write

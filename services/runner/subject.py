@@ -40,6 +40,9 @@ class VersionConfig:
     channel_session_id: uuid.UUID | None = None
     # The version's silence watchdog [002]; None: the process default (RUNNER_SILENCE_TIMEOUT_S).
     silence_timeout_minutes: int | None = None
+    # Issue 6 item 9 (docs/agent-context.md): agents this version may delegate to; classify first.
+    subagent_ids: tuple[uuid.UUID, ...] = ()
+    classification_enabled: bool = False
 
     def silence_timeout_s(self, default_s: float) -> float:
         """The version's silence timeout wins over the process default."""

@@ -54,6 +54,7 @@ LOOKUP_TABLES: Final[frozenset[str]] = frozenset(
         "scheduled_followups",
         "budget_policies",
         "workspace_token_usage",
+        "analysis_claims",  # list_due_analyses: which org-local days are claimed (docs/analysis.md)
     }
 )
 

@@ -203,6 +203,15 @@ class VersionConfig(_Strict):
         default=False,
         description="Under `propose` autonomy, park the run at its first proposed write until the owner decides.",
     )
+    # Issue 6 item 9 (docs/agent-context.md "Sub-agents and classification").
+    subagent_ids: list[uuid.UUID] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Published agents of this org the version may delegate to (each a tool `agent_<name>`).",
+    )
+    classification_enabled: bool = Field(
+        default=False, description="Label intent, urgency, category and tone of the inbound message(s) first."
+    )
     handoff_keywords: list[Keyword] = Field(default_factory=lambda: list(DEFAULT_HANDOFF_KEYWORDS), max_length=50)
     handoff_tool_enabled: bool = True
     followup: FollowupIn = Field(default_factory=FollowupIn)
@@ -212,6 +221,13 @@ class VersionConfig(_Strict):
     @classmethod
     def _ids_unique(cls, value: list[str]) -> list[str]:
         return _unique(value, "ids")
+
+    @field_validator("subagent_ids")
+    @classmethod
+    def _subagents_unique(cls, value: list[uuid.UUID]) -> list[uuid.UUID]:
+        if len(set(value)) != len(value):
+            raise ValueError("subagent_ids must not repeat an agent")
+        return value
 
     @field_validator("handoff_keywords")
     @classmethod
@@ -262,6 +278,8 @@ class VersionPatch(_Strict):
     history_token_window: int | None = None
     silence_timeout_minutes: int | None = None
     pause_on_proposal: bool | None = None
+    subagent_ids: list[uuid.UUID] | None = None
+    classification_enabled: bool | None = None
     handoff_keywords: list[Keyword] | None = None
     handoff_tool_enabled: bool | None = None
     followup: FollowupPatch | None = None
@@ -344,6 +362,8 @@ class VersionView(BaseModel):
     history_token_window: int
     silence_timeout_minutes: int
     pause_on_proposal: bool
+    subagent_ids: list[uuid.UUID]
+    classification_enabled: bool
     handoff_keywords: list[str]
     handoff_tool_enabled: bool
     followup: FollowupView

@@ -147,6 +147,8 @@ def _config_dict(version: AiAgentVersion) -> dict[str, Any]:
         "history_token_window": version.history_token_window,
         "silence_timeout_minutes": version.silence_timeout_minutes,
         "pause_on_proposal": version.pause_on_proposal,
+        "subagent_ids": [str(a) for a in version.subagent_ids],
+        "classification_enabled": version.classification_enabled,
         "handoff_keywords": list(version.handoff_keywords),
         "handoff_tool_enabled": version.handoff_tool_enabled,
         "followup": _stored_followup(version.followup),
@@ -177,6 +179,8 @@ def version_view(version: AiAgentVersion) -> VersionView:
         history_token_window=version.history_token_window,
         silence_timeout_minutes=version.silence_timeout_minutes,
         pause_on_proposal=version.pause_on_proposal,
+        subagent_ids=list(version.subagent_ids),
+        classification_enabled=version.classification_enabled,
         handoff_keywords=config["handoff_keywords"],
         handoff_tool_enabled=version.handoff_tool_enabled,
         followup=FollowupView.model_validate(config["followup"]),
@@ -241,7 +245,14 @@ def _from_pydantic(exc: ValidationError, prefix: list[str]) -> ValidationFailed:
     )
 
 
-def check_references(session: Session, org_id: uuid.UUID, config: VersionConfig, *, prefix: list[str]) -> None:
+def check_references(
+    session: Session,
+    org_id: uuid.UUID,
+    config: VersionConfig,
+    *,
+    prefix: list[str],
+    agent_id: uuid.UUID | None = None,
+) -> None:
     """What pydantic cannot know: model and tools are in the catalogs, the credential and channel are this org's."""
     problems: list[dict[str, Any]] = []
     model = repository.catalog_model(session, config.provider.value, config.model)
@@ -280,8 +291,28 @@ def check_references(session: Session, org_id: uuid.UUID, config: VersionConfig,
     channel_id = config.channel_session_id
     if channel_id is not None and repository.channel_session(session, org_id, channel_id) is None:
         problems.append(_problem([*prefix, "channel_session_id"], "No such channel session", "unknown_channel_session"))
+    problems += _subagent_problems(session, org_id, config.subagent_ids, [*prefix, "subagent_ids"], agent_id)
     if problems:
         raise _invalid(problems)
+
+
+def _subagent_problems(
+    session: Session, org_id: uuid.UUID, ids: list[uuid.UUID], loc: list[str], agent_id: uuid.UUID | None
+) -> list[dict[str, Any]]:
+    """Issue 6 item 9: each sub-agent is another agent of this org with a published version (another
+    org's agent reads like a missing one)."""
+    problems: list[dict[str, Any]] = []
+    for index, sub_id in enumerate(ids):
+        where = [*loc, str(index)]
+        if sub_id == agent_id:
+            problems.append(_problem(where, "An agent cannot be its own sub-agent", "subagent_self"))
+            continue
+        sub = repository.agent(session, org_id, sub_id)
+        if sub is None or sub.archived_at is not None:
+            problems.append(_problem(where, "No such agent", "unknown_subagent"))
+        elif sub.published_version_id is None:
+            problems.append(_problem(where, "The agent has no published version", "subagent_not_published"))
+    return problems
 
 
 def _columns(config: VersionConfig) -> dict[str, Any]:
@@ -302,6 +333,8 @@ def _columns(config: VersionConfig) -> dict[str, Any]:
         "history_token_window": config.history_token_window,
         "silence_timeout_minutes": config.silence_timeout_minutes,
         "pause_on_proposal": config.pause_on_proposal,
+        "subagent_ids": list(config.subagent_ids),
+        "classification_enabled": config.classification_enabled,
         "handoff_keywords": list(config.handoff_keywords),
         "handoff_tool_enabled": config.handoff_tool_enabled,
         "followup": config.followup.model_dump(mode="json"),
@@ -632,6 +665,8 @@ def _copyable(version: AiAgentVersion) -> dict[str, Any]:
         "history_token_window": version.history_token_window,
         "silence_timeout_minutes": version.silence_timeout_minutes,
         "pause_on_proposal": version.pause_on_proposal,
+        "subagent_ids": list(version.subagent_ids),
+        "classification_enabled": version.classification_enabled,
         "handoff_keywords": list(version.handoff_keywords),
         "handoff_tool_enabled": version.handoff_tool_enabled,
         "followup": dict(version.followup),
@@ -789,7 +824,7 @@ def save_version(
 ) -> VersionView:
     """Save = a new draft from a full configuration, numbered max + 1 [004 §4.4]."""
     agent = _live_agent(session, org_id, agent_id)
-    check_references(session, org_id, body, prefix=["body"])
+    check_references(session, org_id, body, prefix=["body"], agent_id=agent.id)
     number = repository.next_version_number(session, org_id, agent.id)
     version = _new_version(
         session, org_id=org_id, agent_id=agent.id, number=number, columns=_columns(body), actor_user_id=actor_user_id
@@ -834,7 +869,7 @@ def patch_version(
         config = VersionConfig.model_validate(merge(_config_dict(version), sent))
     except ValidationError as exc:
         raise _from_pydantic(exc, ["body"]) from exc
-    check_references(session, org_id, config, prefix=["body"])
+    check_references(session, org_id, config, prefix=["body"], agent_id=agent.id)
     before = _copyable(version)
     after = _columns(config)
     changed = sorted(k for k, v in after.items() if before.get(k) != v)

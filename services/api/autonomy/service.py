@@ -24,7 +24,7 @@ from services.api.autonomy.schemas import ActionView, AreaAutonomy, AutonomyView
 from services.api.core.errors import Conflict, NotFound, ValidationFailed
 from switchboard.areas import areas, is_area
 from switchboard.autonomy import PROMOTE_AFTER_APPROVALS, load_settings, promotion_due
-from switchboard.contracts import DispatchRequested, Serde, SuggestedAction, Topics, WakeContext
+from switchboard.contracts import DispatchRequested, Insight, Serde, SuggestedAction, Topics, WakeContext
 from switchboard.contracts.enums import InsightKind, InsightStatus, WakeReason
 from switchboard.db.audit import record_audit
 from switchboard.db.enums import AWAITING_APPROVAL, AutonomyMode, DecisionStatus
@@ -208,11 +208,14 @@ def close_decision(
     request_id: str,
 ) -> ActionView:
     """The decision's aftermath, in the same transaction: Home item actioned, audit, resume, promotion."""
-    session.execute(
+    actioned = session.scalars(
         update(WorkspaceInsight)
         .where(WorkspaceInsight.org_id == org_id, WorkspaceInsight.agent_decision_id == claimed.id)
         .values(status=InsightStatus.ACTIONED.value, status_changed_at=func.now(), status_changed_by=user_id)
-    )
+        .returning(WorkspaceInsight)
+    ).all()
+    for insight in actioned:
+        _announce_actioned(session, serde, insight, claimed, request_id)
     record_audit(
         session,
         org_id=org_id,
@@ -229,6 +232,36 @@ def close_decision(
         _suggest_promotion(session, org_id, claimed)
     row = session.scalar(select(AgentDecision).where(AgentDecision.org_id == org_id, AgentDecision.id == claimed.id))
     return ActionView.model_validate(row)
+
+
+def _announce_actioned(
+    session: Session, serde: Serde, insight: WorkspaceInsight, claimed: Claimed, request_id: str
+) -> None:
+    """The Home item's new status on ``insights``: the brief drops the card from the to-do list and
+    the notifier delivers what an approved send queued (at most once) — nobody polls for either."""
+    action = claimed.proposed_action
+
+    def _uuid(key: str) -> uuid.UUID | None:
+        value = action.get(key)
+        return uuid.UUID(str(value)) if value else None
+
+    record = Insight(
+        org_id=insight.org_id,
+        request_id=request_id or None,
+        insight_id=insight.id,
+        insight_key=insight.dedupe_key,
+        insight_date=insight.insight_date,
+        kind=InsightKind(insight.kind),
+        area=insight.area,
+        title=insight.title,
+        body=insight.body or "",
+        status=InsightStatus.ACTIONED,
+        suggested_actions=tuple(SuggestedAction.model_validate(a) for a in insight.suggested_actions),
+        agent_id=_uuid("agent_id"),
+        run_id=insight.run_id,
+        conversation_id=_uuid("conversation_id"),
+    )
+    enqueue_record(session, Topics.INSIGHTS, record, serde=serde)
 
 
 def _resume(

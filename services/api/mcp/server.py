@@ -38,6 +38,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from services.api.mcp.analysis_tools import AnalysisTools
 from services.api.mcp.memory_tools import FactScopeName, save_fact
 from services.api.mcp.tools import CrmTools, ToolFailure
 from switchboard.db.session import create_async_engine, create_async_sessionmaker
@@ -45,8 +46,10 @@ from switchboard.observability.logging import get_logger
 from switchboard.run_tokens import RunTokenClaims, RunTokenError, verify_run_token
 from switchboard.settings import DatabaseSettings
 from switchboard.tool_catalog import (
+    ANALYTICS_AREA_SUMMARY,
     CANCEL_FOLLOWUP,
     CONVERSATION_HISTORY,
+    INSIGHTS_PUBLISH,
     LIST_FOLLOWUPS,
     MEMORY_SAVE_FACT,
     REQUEST_HUMAN_HANDOFF,
@@ -180,6 +183,21 @@ def build_server(tools: CrmTools, secret: bytes) -> MCPServer:
         """Remember one short, durable fact for future conversations: about this customer (scope
         `contact`, e.g. a preference) or about the business (scope `org`). Not for chit-chat."""
         return await call(ctx, MEMORY_SAVE_FACT, lambda c: save_fact(tools.sessions, c, fact=fact, scope=scope))
+
+    analysis = AnalysisTools(tools.sessions)
+
+    @server.tool(name=ANALYTICS_AREA_SUMMARY, structured_output=False)
+    async def analytics_area_summary(area: str, ctx: Context, days: int = 7) -> str:
+        """Aggregated activity of one business area over the last `days` days (1-90): run, message and
+        conversation counts, spend, decisions by action type and status, insights by status. Counts only."""
+        return await call(ctx, ANALYTICS_AREA_SUMMARY, lambda c: analysis.area_summary(c, area=area, days=days))
+
+    @server.tool(name=INSIGHTS_PUBLISH, structured_output=False)
+    async def insights_publish(items: list[dict[str, Any]], ctx: Context) -> str:
+        """Publish your findings to the owner's Home. Each item: `key` (a stable slug naming the finding:
+        the same finding gets the same key every day), `area`, `title`, `body`, `suggested_actions`
+        (list of {action_type, label, arguments})."""
+        return await call(ctx, INSIGHTS_PUBLISH, lambda c: analysis.publish(c, items=items))
 
     return server
 

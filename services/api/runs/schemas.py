@@ -74,6 +74,8 @@ class RunStep(BaseModel):
     started_at: datetime | None
     ended_at: datetime | None
     duration_ms: int | None
+    # Issue 6 item 9: an entry of a sub-agent's nested loop names that agent (docs/agent-context.md).
+    subagent_id: str | None = Field(default=None, description="Entries made by a sub-agent: its agent id.")
 
 
 class RunSummary(BaseModel):
@@ -125,3 +127,5 @@ class RunDetail(RunSummary):
     trace: list[RunStep]
     # The composed prompt the model started from, pseudonymized as the model saw it (docs/agent-context.md).
     prompt: dict[str, Any] | None = None
+    # Issue 6 item 9: {intent, urgency, category, tone} of the inbound message(s); null when not classified.
+    classification: dict[str, str] | None = None

@@ -108,6 +108,7 @@ def trace_steps(raw: Any) -> list[RunStep]:
                 )
                 if kind is TraceKind.GUARD
                 else None,
+                subagent_id=None if entry.get("subagent_id") is None else str(entry["subagent_id"]),
                 started_at=started,
                 ended_at=ended,
                 duration_ms=duration,
@@ -168,6 +169,7 @@ def detail(run: AiAgentRun) -> RunDetail:
         updated_at=run.updated_at,
         trace=trace_steps(run.tool_calls),
         prompt=scrub(run.prompt) if run.prompt else None,
+        classification=run.classification,
     )
 
 

@@ -40,10 +40,10 @@ from switchboard.db.enums import ACTIVE_RUN_STATUSES
 from switchboard.db.models import AiAgent, AiAgentRun, AiAgentVersion, Contact, Conversation, Message
 from switchboard.db.outbox import enqueue_record
 from switchboard.db.session import async_tenant_transaction
+from switchboard.internal_chats import TEST_CHAT_PREFIX
 from switchboard.observability.scrubbing import scrub
 from switchboard.settings import KafkaSettings
 
-TEST_CHAT_PREFIX = "switchboard-test-"
 _ACTIVE = {s.value for s in ACTIVE_RUN_STATUSES}
 
 

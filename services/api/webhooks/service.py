@@ -206,8 +206,10 @@ def ingest_message(
     if chat_id.endswith(_BROADCAST_SUFFIXES):
         return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="broadcast")
     if not chat_id.endswith("@g.us"):
-        # /todo is handled here, before dispatch: never stored as a message nor sent to the agent.
-        handled = slash.handle_ingest_command(session, route=route, chat_id=chat_id, text=message.body)
+        # /todo and /compact are handled here, before dispatch: never stored as a message nor sent to the agent.
+        handled = slash.handle_ingest_command(
+            session, route=route, chat_id=chat_id, text=message.body, serde=serde, external_id=message.id
+        )
         if handled is not None:
             return handled
 

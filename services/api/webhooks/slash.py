@@ -1,4 +1,4 @@
-"""Slash commands handled at ingest, before dispatch [002 "I comandi slash"]: ``/todo <text>``.
+"""Slash commands handled at ingest, before dispatch [002 "I comandi slash"]: ``/todo``, ``/compact``.
 
 A ``/todo`` message is never stored as a message nor sent to the agent: it adds
 an item to the owner's to-do list (the Home digest) with the conversation it was
@@ -10,6 +10,17 @@ who asked). Group chats are left alone.
 Idempotency without a stored message: a repeated delivery of the same
 ``/todo`` finds the same *open* item in the same conversation and adds nothing
 (the conversation row is locked first, so concurrent repeats serialize).
+
+``/compact`` is never stored as a message nor sent to the agent either: it asks the
+runner to compact the thread summary now. The summarizer lives in the runner (it needs
+the provider and the key), so ingest writes a ``run_requested`` straight to the outbox —
+not a ``dispatch_requested``: no agent turn is wanted — for the agent version that last
+ran in the conversation, with ``request_id = slash:compact:<message id>``. The runner
+recognizes that id, folds every message not yet covered into the summary and ends the
+run ``completed`` with no final text: nothing is sent to anyone. The run id is derived
+from the channel message id, so a redelivered ``/compact`` is the same run (the runner
+skips a run id it already recorded). A conversation no agent ever ran in has nothing a
+summary could be made with: ``reason: slash_compact_nothing``.
 
 A malformed ``/todo`` (no text, too long) is ingested as an ordinary message: the
 run answers it with what is wrong, before any model call (``services.runner.commands``).
@@ -24,20 +35,34 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.api.webhooks.schemas import WebhookResult
+from switchboard.contracts import RunRequested, Serde, Topics, WakeContext
+from switchboard.contracts.enums import WakeReason
 from switchboard.db.lookups import ChannelSessionRoute
+from switchboard.db.models import AiAgentRun
 from switchboard.db.models.brief import TodoSource, TodoStatus, WorkspaceTodo
 from switchboard.db.models.channels import Conversation
+from switchboard.db.outbox import enqueue_record
 from switchboard.db.todos import add_todo
 from switchboard.observability.logging import get_logger
-from switchboard.slash_commands import CommandName, ParseError, parse
+from switchboard.slash_commands import COMPACT_REQUEST_PREFIX, CommandName, ParseError, parse
 
 log = get_logger(__name__)
 
 TODO_ADDED = "slash_todo"
+COMPACT_REQUESTED = "slash_compact"
+COMPACT_NOTHING = "slash_compact_nothing"
+# Run ids of /compact runs: uuid5(namespace, "<org>:<channel session>:<channel message id>").
+COMPACT_RUN_NAMESPACE = uuid.UUID("3c7d0f1e-9b7a-4f51-8a0e-5d2f61c4b9a7")
 
 
 def handle_ingest_command(
-    session: Session, *, route: ChannelSessionRoute, chat_id: str, text: str | None
+    session: Session,
+    *,
+    route: ChannelSessionRoute,
+    chat_id: str,
+    text: str | None,
+    serde: Serde | None = None,
+    external_id: str = "",
 ) -> WebhookResult | None:
     """The delivery's result when ``text`` is a command handled at ingest; None to ingest it as a message."""
     if not text or not text.lstrip().startswith("/"):
@@ -46,6 +71,8 @@ def handle_ingest_command(
         command = parse(text)
     except ParseError:
         return None  # written wrongly: ingested as a message, and the run answers what is wrong
+    if command is not None and command.name is CommandName.COMPACT and serde is not None:
+        return _request_compaction(session, route, chat_id, serde=serde, external_id=external_id)
     if command is None or command.name is not CommandName.TODO:
         return None
     conversation_id = _lock_conversation(session, route, chat_id)
@@ -54,6 +81,46 @@ def handle_ingest_command(
     add_todo(session, route.org_id, command.text, source=TodoSource.SLASH_COMMAND, conversation_id=conversation_id)
     log.info("todo added by slash command", extra={"organization_id": str(route.org_id)})
     return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason=TODO_ADDED)
+
+
+def _request_compaction(
+    session: Session, route: ChannelSessionRoute, chat_id: str, *, serde: Serde, external_id: str
+) -> WebhookResult:
+    """Outbox a summarize-only ``run_requested`` for the agent version that last ran here."""
+    nothing = WebhookResult(message_id=None, dispatched=False, duplicate=False, reason=COMPACT_NOTHING)
+    conversation_id = _lock_conversation(session, route, chat_id)
+    if conversation_id is None:
+        return nothing
+    last = session.execute(
+        select(AiAgentRun.agent_id, AiAgentRun.agent_version_id, AiAgentRun.contact_id)
+        .where(
+            AiAgentRun.org_id == route.org_id,
+            AiAgentRun.conversation_id == conversation_id,
+            AiAgentRun.is_dry_run.is_(False),
+        )
+        .order_by(AiAgentRun.created_at.desc())
+        .limit(1)
+    ).one_or_none()
+    if last is None or last.contact_id is None:
+        return nothing
+    key = f"{route.org_id}:{route.channel_session_id}:{external_id or uuid.uuid4()}"
+    run_id = uuid.uuid5(COMPACT_RUN_NAMESPACE, key)
+    record = RunRequested(
+        event_id=run_id,
+        org_id=route.org_id,
+        request_id=f"{COMPACT_REQUEST_PREFIX}{external_id}"[:200],
+        conversation_id=conversation_id,
+        contact_id=last.contact_id,
+        channel_session_id=route.channel_session_id,
+        run_id=run_id,
+        agent_id=last.agent_id,
+        version_id=last.agent_version_id,
+        wake_reason=WakeReason.USER_MESSAGE,
+        wake_context=WakeContext(),
+    )
+    enqueue_record(session, Topics.RUN_REQUESTED, record, serde=serde)
+    log.info("thread summary compaction requested", extra={"organization_id": str(route.org_id)})
+    return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason=COMPACT_REQUESTED)
 
 
 def _lock_conversation(session: Session, route: ChannelSessionRoute, chat_id: str) -> uuid.UUID | None:

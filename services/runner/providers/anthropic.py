@@ -125,7 +125,9 @@ class AnthropicProvider(ModelProvider):
             self._http = anthropic.DefaultAsyncHttpxClient()
         return self._http
 
-    async def complete(self, request: ModelRequest, access: ProviderAccess, *, timeout_s: float) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, access: ProviderAccess, *, timeout_s: float, force_tool: str | None = None
+    ) -> ModelResponse:
         client = anthropic.AsyncAnthropic(
             api_key=access.api_key,
             base_url=access.base_url or self._default_base_url,
@@ -146,11 +148,19 @@ class AnthropicProvider(ModelProvider):
                 {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
                 for t in request.tools
             ]
+            if force_tool is not None:
+                params["tool_choice"] = {"type": "tool", "name": force_tool}
         try:
             response = await client.messages.create(**params)
         except anthropic.AnthropicError as exc:
             raise map_error(exc, self.name) from None
         return from_response(response)
+
+    async def complete_structured(
+        self, request: ModelRequest, access: ProviderAccess, *, timeout_s: float
+    ) -> ModelResponse:
+        """The request's only tool is forced (structured output, see the base class)."""
+        return await self.complete(request, access, timeout_s=timeout_s, force_tool=request.tools[0].name)
 
     async def aclose(self) -> None:
         if self._http is not None:

@@ -290,5 +290,13 @@ class ModelProvider(ABC):
     async def complete(self, request: ModelRequest, access: ProviderAccess, *, timeout_s: float) -> ModelResponse:
         """One model call, no retries (the loop retries). Raises :class:`ProviderError`."""
 
+    async def complete_structured(
+        self, request: ModelRequest, access: ProviderAccess, *, timeout_s: float
+    ) -> ModelResponse:
+        """Structured output as a tool-shaped answer (issue 6, ``services.runner.classification``): the
+        request offers exactly one tool whose input schema is the wanted JSON, and the answer must call
+        it. Adapters force that tool choice; this default only asks (the prompt says to call it)."""
+        return await self.complete(request, access, timeout_s=timeout_s)
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most adapters keep a pool
         """Release shared connections at shutdown."""

@@ -11,7 +11,12 @@ for an AI answer. Rules, in order, on the last customer message:
 2. it asks who the customer is / about their contact record ("meu cadastro",
    "my contact") and the contact search tool is granted and not used yet: call
    it once, searching by the customer's name or number as the model was told it;
-3. otherwise answer with a fixed text chosen by keywords (orders, price, hours,
+3. it asks for the catalog ("please send me the catalog", "catálogo") and the
+   send tool is granted and not used yet: call ``crm_send_whatsapp_message`` once
+   with a labeled catalog text — a *write*, so under the default ``propose``
+   autonomy it becomes an action for the owner to approve (docs/autonomy.md); the
+   answer then says whether it was sent or awaits approval;
+4. otherwise answer with a fixed text chosen by keywords (orders, price, hours,
    greeting, anything else), saying what the tool returned when one was called.
 
 A plain question therefore gets a one-step plain answer and a history question a
@@ -37,7 +42,7 @@ from services.runner.providers.base import (
     ToolResults,
     UserMessage,
 )
-from switchboard.tool_catalog import CONVERSATION_HISTORY, SEARCH_CONTACTS
+from switchboard.tool_catalog import CONVERSATION_HISTORY, SEARCH_CONTACTS, SEND_WHATSAPP_MESSAGE
 
 LABEL = "[Demo model — automatic rule-based reply, not an AI]"
 # The first system layer of a thread-summary request (services/runner/summary.py): the demo answers
@@ -57,6 +62,9 @@ HISTORY_KEYWORDS: tuple[str, ...] = (
     "encomenda",
 )
 CONTACT_KEYWORDS: tuple[str, ...] = ("cadastro", "meus dados", "contact", "my details", "who am i")
+CATALOG_KEYWORDS: tuple[str, ...] = ("catalog", "catalogue", "catalogo")
+# The message the send tool is asked to deliver; labeled too, since the customer would read it.
+CATALOG_TEXT = f"{LABEL} Our catalog: https://example.com/loja-demo/catalogo.pdf"
 
 _RULES: tuple[tuple[tuple[str, ...], str], ...] = (
     (HISTORY_KEYWORDS, "About your orders: a person from our team will confirm the details with you shortly."),
@@ -120,6 +128,19 @@ def _search_query(text: str) -> str:
     return digits[0] if digits else "@c.us"
 
 
+def _catalog_answer(result: str) -> str:
+    """What the customer is told after the send call: sent, or waiting for the owner's approval."""
+    try:
+        status = json.loads(result).get("status")
+    except (ValueError, AttributeError):
+        status = None
+    if status == "proposed":
+        return "I asked our team to approve sending you the catalog; you will receive it once they do."
+    if status in ("queued", "sent", "approved"):
+        return "I have sent you our catalog."
+    return "I could not send the catalog right now; a person from our team will send it to you."
+
+
 def demo_summary(request: ModelRequest) -> ModelResponse:
     """A deterministic summary: how many messages, from whom, and the customer's latest lines."""
     lines = _last_customer_text(request).splitlines()
@@ -144,10 +165,15 @@ def demo_reply(request: ModelRequest) -> ModelResponse:
     words = f" {_fold(text)} "
     history = _results_of(request, CONVERSATION_HISTORY)
     contacts = _results_of(request, SEARCH_CONTACTS)
+    sends = _results_of(request, SEND_WHATSAPP_MESSAGE)
     if _mentions(words, HISTORY_KEYWORDS) and CONVERSATION_HISTORY in granted and not history:
         return _tool_call(CONVERSATION_HISTORY, {"limit": 5})
     if _mentions(words, CONTACT_KEYWORDS) and SEARCH_CONTACTS in granted and not contacts:
         return _tool_call(SEARCH_CONTACTS, {"query": _search_query(text), "limit": 3})
+    if _mentions(words, CATALOG_KEYWORDS) and SEND_WHATSAPP_MESSAGE in granted and not sends:
+        return _tool_call(SEND_WHATSAPP_MESSAGE, {"text": CATALOG_TEXT})
+    if sends:
+        return _answer(_catalog_answer(sends[-1]))
     answer = next((reply for keys, reply in _RULES if _mentions(words, keys)), _FALLBACK)
     if history:
         found = _count(history[-1], "messages")
@@ -156,7 +182,11 @@ def demo_reply(request: ModelRequest) -> ModelResponse:
     if contacts:
         found = _count(contacts[-1], "contacts")
         answer += f" (Contact search: {found if found is not None else 'some'} match(es).)"
-    return ModelResponse(text=f"{LABEL} {answer}", tool_calls=(), usage=TokenUsage(), stop_reason=StopReason.END_TURN)
+    return _answer(answer)
+
+
+def _answer(text: str) -> ModelResponse:
+    return ModelResponse(text=f"{LABEL} {text}", tool_calls=(), usage=TokenUsage(), stop_reason=StopReason.END_TURN)
 
 
 class DemoProvider(ModelProvider):

@@ -165,7 +165,9 @@ class GoogleProvider(ModelProvider):
             async_client_args={"ssl": self._ssl},
         )
 
-    async def complete(self, request: ModelRequest, access: ProviderAccess, *, timeout_s: float) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, access: ProviderAccess, *, timeout_s: float, force_tool: str | None = None
+    ) -> ModelResponse:
         client = genai.Client(
             api_key=access.api_key,
             http_options=self._http_options(access.base_url or self._default_base_url, timeout_s),
@@ -189,6 +191,15 @@ class GoogleProvider(ModelProvider):
                 if request.tools
                 else None
             ),
+            tool_config=(
+                types.ToolConfig(
+                    function_calling_config=types.FunctionCallingConfig(
+                        mode=types.FunctionCallingConfigMode.ANY, allowed_function_names=[force_tool]
+                    )
+                )
+                if force_tool is not None
+                else None
+            ),
         )
         try:
             response = await client.aio.models.generate_content(
@@ -197,6 +208,12 @@ class GoogleProvider(ModelProvider):
         except (genai_errors.APIError, httpx2.HTTPError) as exc:
             raise map_error(exc, self.name) from None
         return from_response(response)
+
+    async def complete_structured(
+        self, request: ModelRequest, access: ProviderAccess, *, timeout_s: float
+    ) -> ModelResponse:
+        """The request's only tool is forced (structured output, see the base class)."""
+        return await self.complete(request, access, timeout_s=timeout_s, force_tool=request.tools[0].name)
 
     async def aclose(self) -> None:
         if self._http is not None:

@@ -103,7 +103,9 @@ class OpenAIProvider(ModelProvider):
             self._http = openai.DefaultAsyncHttpxClient()
         return self._http
 
-    async def complete(self, request: ModelRequest, access: ProviderAccess, *, timeout_s: float) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, access: ProviderAccess, *, timeout_s: float, force_tool: str | None = None
+    ) -> ModelResponse:
         client = openai.AsyncOpenAI(
             api_key=access.api_key,
             base_url=access.base_url or self._default_base_url,
@@ -124,6 +126,8 @@ class OpenAIProvider(ModelProvider):
                 }
                 for t in request.tools
             ]
+            if force_tool is not None:
+                params["tool_choice"] = {"type": "function", "function": {"name": force_tool}}
         try:
             response = await client.chat.completions.create(**params)
         except openai.OpenAIError as exc:
@@ -131,6 +135,12 @@ class OpenAIProvider(ModelProvider):
         except json.JSONDecodeError:
             raise ProviderError(ProviderErrorKind.OTHER, provider=self.name) from None
         return from_response(response)
+
+    async def complete_structured(
+        self, request: ModelRequest, access: ProviderAccess, *, timeout_s: float
+    ) -> ModelResponse:
+        """The request's only tool is forced (structured output, see the base class)."""
+        return await self.complete(request, access, timeout_s=timeout_s, force_tool=request.tools[0].name)
 
     async def aclose(self) -> None:
         if self._http is not None:

@@ -3,6 +3,7 @@ every table on ``Base.metadata`` (Alembic and the tenancy registry rely on that)
 
 from switchboard.db.base import Base
 from switchboard.db.models.agents import AiAgent, AiAgentVersion, AiModel, AiProviderCredential
+from switchboard.db.models.analysis import AnalysisClaim
 from switchboard.db.models.audit import AuditLogEntry
 from switchboard.db.models.autonomy import (
     AgentDecision,
@@ -22,17 +23,20 @@ from switchboard.db.models.memory import ConversationSummary, MemoryFact
 from switchboard.db.models.notifications import OrgNotification, OrgWebhook, RunDelivery
 from switchboard.db.models.outbox import OutboxEvent
 from switchboard.db.models.runs import ONE_ACTIVE_RUN_INDEX, AiAgentRun, DispatchDecision
+from switchboard.db.models.slash import AgentSkill, ConversationGoal, ConversationModeRow
 from switchboard.db.models.tenancy import ApiToken, Membership, Organization, User
 
 __all__ = [
     "ONE_ACTIVE_RUN_INDEX",
     "AgentDecision",
+    "AgentSkill",
     "AgentUsageMonthly",
     "AiAgent",
     "AiAgentRun",
     "AiAgentVersion",
     "AiModel",
     "AiProviderCredential",
+    "AnalysisClaim",
     "ApiToken",
     "AuditLogEntry",
     "Base",
@@ -42,6 +46,8 @@ __all__ = [
     "ChannelSession",
     "Contact",
     "Conversation",
+    "ConversationGoal",
+    "ConversationModeRow",
     "ConversationSummary",
     "DispatchDecision",
     "DispatchRateWindow",

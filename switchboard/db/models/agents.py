@@ -118,6 +118,7 @@ class AiAgentVersion(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         CheckConstraint("history_message_window BETWEEN 0 AND 500", name="history_message_window_range"),
         CheckConstraint("history_token_window BETWEEN 0 AND 1000000", name="history_token_window_range"),
         CheckConstraint("silence_timeout_minutes BETWEEN 1 AND 240", name="silence_timeout_minutes_range"),
+        CheckConstraint("cardinality(subagent_ids) <= 20", name="subagent_ids_count"),
         CheckConstraint("jsonb_typeof(trigger_config) = 'object'", name="trigger_config_object"),
         CheckConstraint("jsonb_typeof(followup) = 'object'", name="followup_object"),
         CheckConstraint("status <> 'published' OR published_at IS NOT NULL", name="published_has_timestamp"),
@@ -161,6 +162,10 @@ class AiAgentVersion(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     silence_timeout_minutes: Mapped[int] = mapped_column(Integer, server_default=text("15"))
     # A proposed write parks the run until the owner decides (docs/autonomy.md, migration 0013).
     pause_on_proposal: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # Sub-agents and classification (migration 0017, docs/agent-context.md): agents of the org this
+    # version may delegate to, and whether inbound messages are classified before the loop.
+    subagent_ids: Mapped[list[uuid.UUID]] = mapped_column(server_default=text("'{}'::uuid[]"))
+    classification_enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
     handoff_keywords: Mapped[list[str]] = mapped_column(server_default=text(DEFAULT_HANDOFF_KEYWORDS_SQL))
     handoff_tool_enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))

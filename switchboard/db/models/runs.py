@@ -126,6 +126,8 @@ class AiAgentRun(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     final_text: Mapped[str | None]
     # The composed prompt the model started from, pseudonymized (migration 0012, docs/agent-context.md).
     prompt: Mapped[dict[str, Any] | None]
+    # Intent, urgency, category and tone of the inbound message(s) (migration 0017, docs/agent-context.md).
+    classification: Mapped[dict[str, Any] | None]
     # A summary finalization must not overwrite with the model's last chatter [002].
     summary: Mapped[str | None]
     # Where the reply would go ({session, chat_id}); shown by dry runs, which never send.

@@ -74,6 +74,8 @@ POLICY: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/home/daily-brief"): "viewer",
     ("POST", "/api/v1/home/todos"): "manager",
     ("POST", "/api/v1/home/todos/{todo_id}:done"): "manager",
+    ("GET", "/api/v1/insights"): "viewer",
+    ("POST", "/api/v1/insights/{insight_id}:dismiss"): "manager",
     ("GET", "/api/v1/usage"): "viewer",
     ("GET", "/api/v1/budget-incidents"): "viewer",
     # Autonomy (docs/autonomy.md).

@@ -27,11 +27,13 @@ from sqlalchemy.orm import Session
 from switchboard.db.base import Base
 from switchboard.db.models import (
     AgentDecision,
+    AgentSkill,
     AgentUsageMonthly,
     AiAgent,
     AiAgentRun,
     AiAgentVersion,
     AiProviderCredential,
+    AnalysisClaim,
     ApiToken,
     AuditLogEntry,
     BudgetIncident,
@@ -39,6 +41,8 @@ from switchboard.db.models import (
     ChannelSession,
     Contact,
     Conversation,
+    ConversationGoal,
+    ConversationModeRow,
     DispatchDecision,
     Membership,
     Message,
@@ -347,6 +351,36 @@ def build_memory_facts(session: Session, org_id: uuid.UUID) -> MemoryFact:
     )
 
 
+def build_conversation_modes(session: Session, org_id: uuid.UUID) -> ConversationModeRow:
+    conversation = create_conversation(session, org_id)
+    return ConversationModeRow(org_id=org_id, conversation_id=conversation.id, mode="plan")
+
+
+def build_conversation_goals(session: Session, org_id: uuid.UUID) -> ConversationGoal:
+    conversation = create_conversation(session, org_id)
+    version = create_agent_version(session, org_id)
+    return ConversationGoal(
+        org_id=org_id,
+        conversation_id=conversation.id,
+        agent_id=version.agent_id,
+        version_id=version.id,
+        kind="goal",
+        goal="Answer every open lead",
+        budget_micros=50_000_000,
+        segment_budget_micros=5_000_000,
+        started_by_run_id=uuid.uuid4(),
+    )
+
+
+def build_agent_skills(session: Session, org_id: uuid.UUID) -> AgentSkill:
+    return AgentSkill(org_id=org_id, name=f"pricing-{_hex()[:6]}", body="Quote from the price list only.")
+
+
+def build_analysis_claims(session: Session, org_id: uuid.UUID) -> AnalysisClaim:
+    conversation = create_conversation(session, org_id)
+    return AnalysisClaim(org_id=org_id, day=date(2026, 11, 20), conversation_id=conversation.id, agents_dispatched=1)
+
+
 ROW_BUILDERS: dict[str, Builder] = {
     "organizations": build_organizations,
     "memberships": build_memberships,
@@ -378,6 +412,10 @@ ROW_BUILDERS: dict[str, Builder] = {
     "workspace_todos": build_workspace_todos,
     "conversation_summaries": build_conversation_summaries,
     "memory_facts": build_memory_facts,
+    "conversation_modes": build_conversation_modes,
+    "conversation_goals": build_conversation_goals,
+    "agent_skills": build_agent_skills,
+    "analysis_claims": build_analysis_claims,
 }
 
 

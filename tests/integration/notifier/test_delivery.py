@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
+from datetime import date
 from typing import Any
 
 import pytest
@@ -11,7 +13,8 @@ import pytest
 from scripts.channel_server import ChannelServer
 from services.notifier.handlers import Hooks
 from services.notifier.store import Claimed
-from switchboard.contracts import Record, RunStatus, Topics, TopicSpec
+from switchboard.contracts import Insight, InsightKind, Record, RunStatus, Topics, TopicSpec
+from switchboard.contracts.enums import InsightStatus
 from tests.integration.notifier.conftest import RunningNotifier, World, eventually
 
 pytestmark = pytest.mark.integration
@@ -160,3 +163,45 @@ async def test_queued_intents_are_sent_once_each_before_the_reply(
     await eventually(lambda: _statuses(world, marker.run_id), lambda s: s == ["sent"])
     assert [s.text for s in channel.received] == ["Seu pedido foi confirmado.", "E aqui está o resumo.", "marker"]
     assert {m.delivery_status for m in world.outbound(completed.run_id)} == {"sent"}
+
+
+def _actioned(completed: Any, status: InsightStatus) -> Insight:
+    """The Home item of an approved proposal, as the API republishes it when the owner decides."""
+    return Insight(
+        org_id=completed.org_id,
+        insight_id=uuid.uuid4(),
+        insight_key=f"decision:{uuid.uuid4()}",
+        insight_date=date(2026, 11, 30),
+        kind=InsightKind.PROPOSED_ACTION,
+        area="crm",
+        title="Approve crm_send_whatsapp_message?",
+        body="crm_send_whatsapp_message proposed by the agent",
+        status=status,
+        run_id=completed.run_id,
+        conversation_id=completed.conversation_id,
+    )
+
+
+async def test_an_approved_send_queued_after_the_run_is_delivered_once(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    completed = world.run(text="Vou pedir aprovação para enviar o catálogo.")
+    await start_notifier()
+    await publish(Topics.RUN_COMPLETED, completed)
+    await channel.wait_for(1, timeout=20)
+    # The owner approves later: the send tool queues the message on the proposing run, then the
+    # decision's Home item goes out as actioned.
+    world.queue_intent(completed, "Aqui está o catálogo.")
+    await publish(Topics.INSIGHTS, _actioned(completed, InsightStatus.NEW))  # still open: nothing happens
+    approved = _actioned(completed, InsightStatus.ACTIONED)
+    await publish(Topics.INSIGHTS, approved)
+    await publish(Topics.INSIGHTS, approved)  # redelivered
+    await eventually(lambda: sorted(_statuses(world, completed.run_id)), lambda s: s == ["sent", "sent"])
+    marker = world.run(text="marker")
+    await publish(Topics.RUN_COMPLETED, marker)
+    await eventually(lambda: _statuses(world, marker.run_id), lambda s: s == ["sent"])
+    assert [s.text for s in channel.received] == [
+        "Vou pedir aprovação para enviar o catálogo.",
+        "Aqui está o catálogo.",
+        "marker",
+    ]

@@ -148,6 +148,28 @@ async def test_a_newer_attempt_supersedes_its_parent_running_here_and_only_it_re
     assert [(r.run_id, r.final_text) for r in completed] == [(retry.run_id, "resposta da tentativa 2")]
 
 
+async def test_a_recovery_of_a_run_that_answered_after_all_sends_no_second_reply(rh: RunnerHarness) -> None:
+    """The lease expired while the finished run's run_completed was delayed (a broker or dispatcher
+    outage): the re-dispatched attempt finds the messages answered and answers nothing (chaos finding 1)."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    rh.fake.script([Reply(text="a única resposta")])
+    message = inbound(rh.db, agent, "Oi")
+    first = run_request(agent, [message])
+    assert (await rh.run(first)).final_text == "a única resposta"
+    calls = len(rh.fake.received)
+
+    retry = run_request(agent, [message], attempt=2, parent_run_id=first.run_id)
+    row = await rh.run(retry)
+    assert (row.status, row.abort_reason, row.final_text) == ("aborted", "already_answered", None)
+    assert len(rh.fake.received) == calls  # no model call
+    completed = [r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted)]
+    assert [(r.run_id, r.final_text, r.would_send_to is None) for r in completed] == [
+        (first.run_id, "a única resposta", False),
+        (retry.run_id, None, True),  # announced, so the dispatcher frees the conversation; nothing to send
+    ]
+    assert rh.run_row(first).status == "completed"  # type: ignore[union-attr]
+
+
 async def test_a_recovery_whose_parent_never_got_a_row_records_it_as_lost(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
     rh.fake.script([Reply(text="tentativa 3")])

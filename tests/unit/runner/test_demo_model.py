@@ -14,11 +14,12 @@ from services.runner.providers.base import (
     ToolSpec,
     UserMessage,
 )
-from services.runner.providers.demo import LABEL, demo_reply
-from switchboard.tool_catalog import CONVERSATION_HISTORY, SEARCH_CONTACTS
+from services.runner.providers.demo import CATALOG_TEXT, LABEL, demo_reply
+from switchboard.tool_catalog import CONVERSATION_HISTORY, SEARCH_CONTACTS, SEND_WHATSAPP_MESSAGE
 
 HISTORY = ToolSpec(CONVERSATION_HISTORY, "history", {"type": "object"})
 SEARCH = ToolSpec(SEARCH_CONTACTS, "search", {"type": "object"})
+SEND = ToolSpec(SEND_WHATSAPP_MESSAGE, "send", {"type": "object"})
 
 
 def _request(text: str, tools: tuple[ToolSpec, ...] = (HISTORY, SEARCH), *later: object) -> ModelRequest:
@@ -66,3 +67,21 @@ def test_a_contact_question_searches_contacts_by_the_number_given() -> None:
 def test_deterministic() -> None:
     question = "do you have my order history?"
     assert demo_reply(_request(question)) == demo_reply(_request(question))
+
+
+def test_a_catalog_request_calls_the_send_tool_once_then_says_it_awaits_approval() -> None:
+    step1 = demo_reply(_request("Please send me the catalog", (HISTORY, SEND)))
+    [call] = step1.tool_calls
+    assert (call.name, dict(call.arguments)) == (SEND_WHATSAPP_MESSAGE, {"text": CATALOG_TEXT})
+    assert CATALOG_TEXT.startswith(LABEL)  # the customer would read it: labeled too
+    proposed = json.dumps({"status": "proposed", "action_id": "x", "message": "Not executed"})
+    results = ToolResults((ToolOutcome(call.id, SEND_WHATSAPP_MESSAGE, proposed),))
+    step2 = demo_reply(_request("Please send me the catalog", (HISTORY, SEND), results))
+    assert step2.tool_calls == () and step2.text.startswith(LABEL) and "approve" in step2.text
+    queued = ToolResults((ToolOutcome(call.id, SEND_WHATSAPP_MESSAGE, json.dumps({"status": "queued"})),))
+    assert "sent you our catalog" in demo_reply(_request("Manda o catálogo?", (SEND,), queued)).text
+
+
+def test_a_catalog_request_without_the_send_tool_is_a_plain_answer() -> None:
+    reply = demo_reply(_request("Please send me the catalog", (HISTORY, SEARCH)))
+    assert reply.tool_calls == () and reply.text.startswith(LABEL)

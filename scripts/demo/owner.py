@@ -1,0 +1,321 @@
+"""The owner's side of the demo (issue 6): a write proposed under ``propose`` autonomy, its to-do card
+on Home, the approval that executes it exactly once, the ``/todo`` slash command, and the Home digest.
+
+Like the customer scenarios (scripts/demo/scenario.py) every step goes through the product's own
+doors — the signed webhook, ``/api/v1/decisions``, ``/api/v1/home/daily-brief`` — and records its
+expectations in the :class:`Report`. Two facts no API exposes are read from the database, scoped
+to the org by row-level security: the outbound message an approval queued (and whether anything
+delivered it), and that a ``/todo`` was never stored as a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from scripts.demo.bootstrap import GENERAL_AGENT, post_webhook
+from scripts.demo.scenario import (
+    SCENARIOS,
+    ScenarioResult,
+    Stage,
+    converse,
+    db_rows,
+    received,
+    reply_expectations,
+    wait_replies,
+)
+from switchboard.tool_catalog import SEND_WHATSAPP_MESSAGE
+
+DIGEST_PATH = "/api/v1/home/daily-brief"
+CATALOG_REQUEST = "Olá! Please send me the catalog — pode me mandar o catálogo?"
+BUSINESS_NUMBER = "5511900000000@c.us"  # the demo's own WhatsApp number: what WAHA puts in ``from`` when fromMe
+ALREADY_DECIDED = "action_already_decided"
+
+
+async def _get_data(stage: Stage, path: str, **params: Any) -> Any:
+    response = await stage.api.get(path, params=params or None, headers=stage.org.headers())
+    response.raise_for_status()
+    return response.json()["data"]
+
+
+async def digest_until(stage: Stage, done: Callable[[dict[str, Any]], bool], timeout_s: float) -> dict[str, Any]:
+    """Today's Home digest once ``done(digest)`` (the brief materializes it from the streams), or at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = await stage.api.get(DIGEST_PATH, headers=stage.org.headers())  # the org's today
+        digest: dict[str, Any] = response.json()["data"].get("digest") or {} if response.status_code == 200 else {}
+        if done(digest) or time.monotonic() > deadline:
+            return digest
+        await asyncio.sleep(0.5)
+
+
+def todo_items(digest: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [i for i in digest.get("todo") or [] if isinstance(i, dict) and i.get("kind") == kind]
+
+
+def _todo_line(item: dict[str, Any]) -> str:
+    links = item.get("links") or {}
+    link = f"  (approve: POST {links['approve']})" if links.get("approve") else ""
+    return f"[{item.get('kind')}] {item.get('title') or item.get('text')}{link}"
+
+
+def _outbound_rows(stage: Stage, conversation_id: str, body: str) -> list[dict[str, Any]]:
+    """Outbound messages of the conversation with this text, and their delivery claim (if any)."""
+    return db_rows(
+        stage.database_url,
+        stage.org.org_id,
+        "SELECT m.id, m.delivery_status, m.run_id, d.status AS claim FROM messages m"
+        " LEFT JOIN run_deliveries d ON d.message_id = m.id"
+        " WHERE m.conversation_id = :c AND m.direction = 'outbound' AND m.body = :body",
+        {"c": conversation_id, "body": body},
+    )
+
+
+async def _approve(stage: Stage, path: str) -> tuple[int, dict[str, Any]]:
+    response = await stage.api.post(path, json={"reason": "demo: approved by the owner"}, headers=stage.org.headers())
+    return response.status_code, response.json()
+
+
+async def propose_and_approve(stage: Stage) -> ScenarioResult:
+    """The customer asks for the catalog; the agent's send is proposed, shows on Home, is approved once."""
+    name = "propose → approve"
+    areas = (await _get_data(stage, "/api/v1/autonomy"))["areas"]
+    crm: dict[str, Any] = next((a for a in areas if a["area"] == "crm"), {})
+    chat, messages, runs = await converse(
+        stage, "5. a write action proposed under propose autonomy, then approved once", CATALOG_REQUEST
+    )
+    stage.report.kv("autonomy (crm area)", f"mode={crm.get('mode')} effective={crm.get('effective_mode')}")
+    stage.report.expect(name, "the crm area proposes (the default)", crm.get("effective_mode") == "propose", str(crm))
+    replies = await wait_replies(stage, chat, 1)
+    run = runs[0] if runs else None
+    decisions = await _get_data(stage, "/api/v1/decisions", status="proposed") if run else []
+    decision = next((d for d in decisions if d["run_id"] == (run or {}).get("id")), None)
+    text = str(((decision or {}).get("proposed_action") or {}).get("arguments", {}).get("text", ""))
+    if decision is not None:
+        stage.report.step(f"proposed action {decision['id'][:8]}: {decision['action_type']} (area {decision['area']})")
+        stage.report.kv("  text to send", repr(text))
+    stage.report.expect(
+        name,
+        f"the general agent's run completed and proposed {SEND_WHATSAPP_MESSAGE} (not executed)",
+        run is not None
+        and run["status"] == "completed"
+        and run["agent_id"] == stage.org.agents[GENERAL_AGENT].id
+        and decision is not None
+        and decision["action_type"] == SEND_WHATSAPP_MESSAGE
+        and decision["autonomy_tier"] == "propose",
+        f"run {(run or {}).get('status')}, proposed decisions of the run: {decision}",
+    )
+    reply_expectations(stage, name, runs, replies)  # the run's answer only: the catalog was not sent
+    result = ScenarioResult(name, chat, messages, runs, replies)
+    if decision is None or run is None:
+        return result
+    result.details["decision"] = decision
+    digest = await digest_until(
+        stage,
+        lambda d: any(i.get("action_id") == decision["id"] for i in todo_items(d, "proposed_action")),
+        stage.timeout_s / 2,
+    )
+    card = next((i for i in todo_items(digest, "proposed_action") if i.get("action_id") == decision["id"]), None)
+    if card is not None:
+        stage.report.kv("Home to-do", _todo_line(card))
+    stage.report.expect(name, "the proposal is a card in the Home digest's to-do list", card is not None)
+    approve = str(((card or {}).get("links") or {}).get("approve") or f"/api/v1/decisions/{decision['id']}:approve")
+    status, body = await _approve(stage, approve)
+    approved = body.get("data") or {}
+    stage.report.step(f"owner: POST {approve} → HTTP {status}, decision {approved.get('status')}")
+    stage.report.kv("  execution_result", approved.get("execution_result"))
+    stage.report.expect(
+        name,
+        "the approval executed the action (status executed, the message queued)",
+        status == 200
+        and approved.get("status") == "executed"
+        and ((approved.get("execution_result") or {}).get("result") or {}).get("status") == "queued",
+        f"HTTP {status}: {body}",
+    )
+    again, again_body = await _approve(stage, approve)
+    code = (again_body.get("error") or {}).get("code")
+    stage.report.step(f"owner: the same approval again → HTTP {again} {code}")
+    stage.report.expect(name, "a second approval executes nothing (409)", again == 409 and code == ALREADY_DECIDED)
+    result.details["approvals"] = [status, again]
+    await _delivery(stage, name, run, text, result)
+    return result
+
+
+async def _delivery(stage: Stage, name: str, run: dict[str, Any], text: str, result: ScenarioResult) -> None:
+    """The approved message: recorded once, and received by the customer at most once.
+
+    Delivery of an approved send is not built yet (the notifier sends a run's queued messages
+    when it handles that run's ``run_completed``, which came before the approval): then the
+    step says so — "not yet available" — and shows the recorded, undelivered message instead.
+    """
+
+    async def copies_received() -> list[dict[str, Any]]:
+        return [r for r in await received(stage, result.chat_id) if r.get("text") == text]
+
+    deadline = time.monotonic() + min(stage.timeout_s, 5.0)
+    while not await copies_received() and time.monotonic() < deadline and stage.channel is not None:
+        await asyncio.sleep(0.3)
+    await asyncio.sleep(stage.settle_s)
+    copies = await copies_received()
+    rows = await asyncio.to_thread(_outbound_rows, stage, str(run["conversation_id"]), text)
+    result.details.update(delivered=copies, outbound=rows)
+    for row in rows:
+        stage.report.kv(
+            "  outbound message",
+            f"{str(row['id'])[:8]} run={str(row['run_id'])[:8]} delivery_status={row['delivery_status']}"
+            f" claim={row['claim'] or 'none'}",
+        )
+    stage.report.expect(
+        name, "exactly one outbound message was recorded for the action", len(rows) == 1, f"{len(rows)} rows"
+    )
+    for copy in copies:
+        stage.report.reply(result.chat_id, str(copy.get("text")))
+    if len(copies) == 1:
+        stage.report.expect(name, "the customer received the approved message exactly once", True)
+    elif not copies and stage.channel is not None:
+        stage.report.skip(
+            name,
+            "the customer receives the approved message once",
+            "delivery of an approved send — it is recorded (delivery_status pending, no delivery claim) but the"
+            " notifier only sends a run's queued messages on that run's run_completed, which preceded the approval",
+        )
+    else:
+        stage.report.expect(
+            name, "the customer received the approved message exactly once", False, f"received {len(copies)} copies"
+        )
+
+
+async def slash_todo(stage: Stage, chat_id: str, conversation_id: str | None) -> ScenarioResult:
+    """The owner, from the business phone, writes ``/todo …`` in a customer's chat: a Home item, no message, no run."""
+    name = "/todo"
+    stage.report.section("6. the /todo slash command (the owner, from the business phone)")
+    item = f"Ligar para {chat_id.split('@')[0]} sobre o catálogo impresso"
+    command = f"/todo {item}"
+    runs_before = await _runs_of(stage, conversation_id)
+    stage.report.step(f"owner in chat {chat_id}: {command!r}")
+    payload = {
+        "id": f"wamid.{uuid.uuid4().hex}",
+        "timestamp": time.time(),
+        "from": BUSINESS_NUMBER,
+        "fromMe": True,
+        "to": chat_id,
+        "body": command,
+    }
+    first = await post_webhook(stage.api, stage.org, "message", payload)
+    again = await post_webhook(stage.api, stage.org, "message", payload)  # WAHA redelivers
+    stage.report.step(f"webhook → {first}; the same delivery again → {again}")
+    stage.report.expect(
+        name,
+        "ingest handled it (reason slash_todo): no message stored, nothing dispatched",
+        first.get("reason") == "slash_todo" and first.get("message_id") is None and not first.get("dispatched"),
+        str(first),
+    )
+    stage.report.expect(
+        name,
+        "a redelivery adds nothing (duplicate)",
+        again.get("reason") == "slash_todo" and again.get("duplicate") is True,
+    )
+    digest = await digest_until(stage, lambda d: any(i.get("text") == item for i in todo_items(d, "todo")), 10.0)
+    items = [i for i in todo_items(digest, "todo") if i.get("text") == item]
+    for entry in items:
+        stage.report.kv("Home to-do", f"{_todo_line(entry)} (conversation {entry.get('conversation_id')})")
+    stage.report.expect(
+        name,
+        "the Home digest lists the item once, with the conversation",
+        len(items) == 1 and (conversation_id is None or items[0].get("conversation_id") == conversation_id),
+        f"todo items: {todo_items(digest, 'todo')}",
+    )
+    await asyncio.sleep(stage.settle_s)
+    stored = await asyncio.to_thread(
+        db_rows, stage.database_url, stage.org.org_id, "SELECT id FROM messages WHERE body = :b", {"b": command}
+    )
+    runs_after = await _runs_of(stage, conversation_id)
+    stage.report.expect(
+        name,
+        "never stored as a message nor sent to the agent (no message row, no new run)",
+        not stored and runs_after == runs_before,
+        f"{len(stored)} message rows; runs of the conversation {runs_before} → {runs_after}",
+    )
+    result = ScenarioResult(name, chat_id, [], [], [])
+    result.details.update(item=item, webhook=[first, again], todo=items, stored=stored)
+    return result
+
+
+async def _runs_of(stage: Stage, conversation_id: str | None) -> int:
+    if conversation_id is None:
+        return 0
+    return len(await _get_data(stage, "/api/v1/runs", conversation_id=conversation_id, limit=200))
+
+
+async def home_digest(
+    stage: Stage, runs_played: int, handoffs_played: int, todo_text: str | None = None
+) -> dict[str, Any]:
+    """Today's Home digest, once it counts the runs the demo played: pulse, handoff, done, to-do, planets."""
+    name = "home digest"
+    stage.report.section("7. the Home digest")
+
+    def complete(digest: dict[str, Any]) -> bool:
+        listed = todo_text is None or any(i.get("text") == todo_text for i in todo_items(digest, "todo"))
+        return _pulse(digest, "runs") >= runs_played and _pulse(digest, "handoffs") >= handoffs_played and listed
+
+    digest = await digest_until(stage, complete, stage.timeout_s / 2)
+    pulse = digest.get("pulse") or {}
+    stage.report.kv("pulse", pulse.get("text", pulse))
+    stage.report.kv(
+        "runs/replies/handoffs",
+        f"{_pulse(digest, 'runs')} / {_pulse(digest, 'replies')} / {_pulse(digest, 'handoffs')}",
+    )
+    for item in digest.get("done") or []:
+        stage.report.kv("done", item.get("text") or item)
+    decided = {d["id"]: d["status"] for d in await _get_data(stage, "/api/v1/decisions", limit=200)}
+    stale = [
+        i for i in todo_items(digest, "proposed_action") if decided.get(i.get("action_id"), "proposed") != "proposed"
+    ]
+    for item in digest.get("todo") or []:
+        note = f" — already {decided[item['action_id']]}" if item in stale else ""
+        stage.report.kv("to-do", _todo_line(item) + note)
+    planets = [f"{p.get('label')}: {p.get('status')}" for p in digest.get("planets") or [] if isinstance(p, dict)]
+    if planets:
+        stage.report.kv("planets", ", ".join(planets))
+    stage.report.expect(
+        name,
+        f"the digest counts the {runs_played} runs played and the {handoffs_played} handoff(s)",
+        _pulse(digest, "runs") >= runs_played and _pulse(digest, "handoffs") >= handoffs_played,
+        f"pulse {pulse}",
+    )
+    if stale:
+        stage.report.skip(
+            name,
+            "a decided proposal leaves the to-do list",
+            "refreshing the stored digest on a decision — the brief drops a decided proposal only when it next"
+            " recomposes the day (on its next record for the org); an approval sends it none",
+        )
+    if todo_text is not None:
+        stage.report.expect(
+            name,
+            "its to-do list has the /todo item",
+            any(i.get("text") == todo_text for i in todo_items(digest, "todo")),
+            f"todo: {digest.get('todo')}",
+        )
+    return digest
+
+
+def _pulse(digest: dict[str, Any], key: str) -> int:
+    pulse = digest.get("pulse")
+    value = pulse.get(key) if isinstance(pulse, dict) else None
+    return value if isinstance(value, int) else 0
+
+
+async def play(stage: Stage) -> list[ScenarioResult]:
+    """The whole script: the customer scenarios, the owner's steps (in the catalog customer's chat), the digest."""
+    results = [await scenario(stage) for scenario in SCENARIOS]
+    proposal = await propose_and_approve(stage)
+    results.append(proposal)
+    conversation = str(proposal.runs[0]["conversation_id"]) if proposal.runs else None
+    todo = await slash_todo(stage, proposal.chat_id, conversation)
+    runs = [run for r in results for run in r.runs]
+    await home_digest(stage, len(runs), sum(run["status"] == "handoff" for run in runs), todo.details["item"])
+    return [*results, todo]

@@ -1,0 +1,1 @@
+"""Scheduled analysis agents: the daily fan-out and the insights API (docs/analysis.md)."""

@@ -1,0 +1,196 @@
+"""The database side of slash commands in the runner: conversation modes, skill bodies, goals.
+
+Every write runs in its own tenant transaction. A goal's segment is accounted exactly once
+(the goal row is locked and ``last_run_id`` names the segment already counted), and the
+wake of the next segment (``dispatch_requested``, ``pipelineStep``) goes to the outbox in
+the same transaction as the goal's new state, after the conversation row is locked (outbox
+writers of one conversation serialize on it).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Final
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from services.runner.goals import SEGMENT_BUDGET_MICROS, GoalState, Verdict
+from services.runner.outcome import LoopOutcome
+from services.runner.subject import RunSubject
+from switchboard.contracts import DispatchRequested, Serde, Topics, WakeContext
+from switchboard.contracts.enums import WakeReason
+from switchboard.db.models import Conversation
+from switchboard.db.models.slash import AgentSkill, ConversationGoal, ConversationModeRow, GoalStatus
+from switchboard.db.outbox import enqueue_record
+from switchboard.db.session import async_tenant_transaction
+
+# Event ids of segment wakes: uuid5(namespace, "<goal id>:<segment number>") — a retried write is one event.
+SEGMENT_WAKE_NAMESPACE: Final = uuid.UUID("a4d3b8e2-61f0-4c9a-9b1e-7c2d5e8f0a13")
+
+
+def _state(row: ConversationGoal) -> GoalState:
+    return GoalState(
+        id=row.id,
+        kind=row.kind,
+        goal=row.goal,
+        budget_micros=row.budget_micros,
+        segment_budget_micros=row.segment_budget_micros,
+        spent_micros=row.spent_micros,
+        segments=row.segments,
+    )
+
+
+class SlashStore:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], serde: Serde) -> None:
+        self._sessions = sessions
+        self._serde = serde
+
+    # ------------------------------------------------------------------ modes
+
+    async def mode(self, subject: RunSubject) -> str | None:
+        request = subject.request
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            return await session.scalar(
+                select(ConversationModeRow.mode).where(
+                    ConversationModeRow.org_id == request.org_id,
+                    ConversationModeRow.conversation_id == request.conversation_id,
+                )
+            )
+
+    async def set_mode(self, subject: RunSubject, mode: str | None) -> None:
+        """Switch the conversation to ``mode``; None: back to the default (reply)."""
+        request = subject.request
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            if mode is None:
+                await session.execute(
+                    delete(ConversationModeRow).where(
+                        ConversationModeRow.org_id == request.org_id,
+                        ConversationModeRow.conversation_id == request.conversation_id,
+                    )
+                )
+                return
+            await session.execute(
+                insert(ConversationModeRow)
+                .values(
+                    org_id=request.org_id,
+                    conversation_id=request.conversation_id,
+                    mode=mode,
+                    set_by_run_id=request.run_id,
+                )
+                .on_conflict_do_update(
+                    index_elements=[ConversationModeRow.conversation_id],
+                    set_={"mode": mode, "set_by_run_id": request.run_id},
+                )
+            )
+
+    # ------------------------------------------------------------------ skills
+
+    async def skill_body(self, subject: RunSubject, name: str) -> str | None:
+        request = subject.request
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            return await session.scalar(
+                select(AgentSkill.body).where(AgentSkill.org_id == request.org_id, AgentSkill.name == name)
+            )
+
+    # ------------------------------------------------------------------ goals
+
+    async def start_goal(self, subject: RunSubject, *, kind: str, goal: str, budget_micros: int) -> GoalState:
+        """The goal this run starts (the same one again for a redelivered run); an active goal of the
+        conversation is stopped first — a new /goal replaces it."""
+        request = subject.request
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            existing = await session.scalar(
+                select(ConversationGoal).where(ConversationGoal.started_by_run_id == request.run_id)
+            )
+            if existing is not None:
+                return _state(existing)
+            await session.execute(
+                update(ConversationGoal)
+                .where(
+                    ConversationGoal.org_id == request.org_id,
+                    ConversationGoal.conversation_id == request.conversation_id,
+                    ConversationGoal.status == GoalStatus.ACTIVE.value,
+                )
+                .values(status=GoalStatus.STOPPED.value, end_reason="replaced by a new goal")
+            )
+            row = ConversationGoal(
+                org_id=request.org_id,
+                conversation_id=request.conversation_id,
+                agent_id=request.agent_id,
+                version_id=request.version_id,
+                kind=kind,
+                goal=goal[:4000],
+                budget_micros=budget_micros,
+                segment_budget_micros=min(SEGMENT_BUDGET_MICROS, budget_micros),
+                spent_micros=0,
+                segments=0,
+                started_by_run_id=request.run_id,
+            )
+            session.add(row)
+            await session.flush()
+            return _state(row)
+
+    async def stop_goals(self, subject: RunSubject) -> int:
+        """``/goal stop``: stop the conversation's active goal; how many were stopped (0 or 1)."""
+        request = subject.request
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            stopped = await session.scalars(
+                update(ConversationGoal)
+                .where(
+                    ConversationGoal.org_id == request.org_id,
+                    ConversationGoal.conversation_id == request.conversation_id,
+                    ConversationGoal.status == GoalStatus.ACTIVE.value,
+                )
+                .values(status=GoalStatus.STOPPED.value, end_reason="stopped by /goal stop")
+                .returning(ConversationGoal.id)
+            )
+            return len(stopped.all())
+
+    async def active_goal(self, subject: RunSubject, goal_id: uuid.UUID) -> GoalState | None:
+        request = subject.request
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            row = await session.scalar(
+                select(ConversationGoal).where(
+                    ConversationGoal.org_id == request.org_id,
+                    ConversationGoal.id == goal_id,
+                    ConversationGoal.conversation_id == request.conversation_id,
+                    ConversationGoal.status == GoalStatus.ACTIVE.value,
+                )
+            )
+            return _state(row) if row is not None else None
+
+    async def end_segment(self, subject: RunSubject, goal: GoalState, outcome: LoopOutcome, verdict: Verdict) -> bool:
+        """Account the segment once and, when the goal continues, outbox the next segment's wake.
+        False: this run's segment was already accounted (a redelivery)."""
+        request = subject.request
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            await session.execute(
+                select(Conversation.id)
+                .where(Conversation.org_id == request.org_id, Conversation.id == request.conversation_id)
+                .with_for_update()
+            )
+            row = await session.scalar(select(ConversationGoal).where(ConversationGoal.id == goal.id).with_for_update())
+            if row is None or row.last_run_id == request.run_id or row.status != GoalStatus.ACTIVE.value:
+                return False
+            row.spent_micros += outcome.cost_micros
+            row.segments += 1
+            row.last_run_id = request.run_id
+            row.status = verdict.status.value
+            row.end_reason = None if verdict.continues else verdict.reason
+            if verdict.continues:
+                wake = DispatchRequested(
+                    event_id=uuid.uuid5(SEGMENT_WAKE_NAMESPACE, f"{row.id}:{row.segments + 1}"),
+                    org_id=request.org_id,
+                    request_id=f"goal:{row.id}:{row.segments + 1}",
+                    conversation_id=request.conversation_id,
+                    contact_id=request.contact_id,
+                    channel_session_id=request.channel_session_id,
+                    wake_reason=WakeReason.PIPELINE_STEP,
+                    wake_context=WakeContext(pipeline_run_id=row.id, run_id=request.run_id),
+                    target_agent_id=row.agent_id,
+                    target_version_id=row.version_id,
+                )
+                await session.run_sync(lambda s: enqueue_record(s, Topics.DISPATCH_REQUESTED, wake, serde=self._serde))
+            return True

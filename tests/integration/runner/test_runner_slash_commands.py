@@ -1,0 +1,288 @@
+"""Slash commands end to end (issue 6 item 4): /compact, /plan, /goal and /loop budgets, /skill:<name>.
+
+Real broker and database, the real MCP tool server, the model faked at its HTTP API. Where the
+dispatcher would turn a ``dispatch_requested`` into a ``run_requested`` (the next goal segment),
+the test does it by hand from the outbox row, as the dispatcher does.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from services.api.webhooks.schemas import WahaEvent
+from services.api.webhooks.service import ingest_message
+from services.runner.goals import GOAL_COMPLETE
+from services.runner.plan import SUBMIT_PLAN
+from services.runner.providers.demo import SUMMARY_TASK
+from switchboard.contracts import DispatchRequested, RunRequested, Serde, Topics
+from switchboard.contracts.enums import WakeReason
+from switchboard.db.lookups import ChannelSessionRoute
+from switchboard.db.models import AiAgentRun, AiAgentVersion, Message, OutboxEvent
+from switchboard.db.models.slash import AgentSkill, ConversationGoal
+from switchboard.db.session import tenant_transaction
+from switchboard.tool_catalog import SEARCH_CONTACTS, SEND_WHATSAPP_MESSAGE
+from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, inbound, run_request
+from tests.support.fake_llm import Received, Reply, tool
+
+pytestmark = pytest.mark.integration
+
+
+def _tools(received: Received) -> set[str]:
+    return {t["name"] for t in received.body.get("tools", [])}
+
+
+def _user_texts(received: Received) -> str:
+    return json.dumps(received.body.get("messages", []))
+
+
+def _outbox(rh: RunnerHarness, agent: Agent, topic: Any) -> list[Any]:
+    serde = Serde.from_settings(rh.kafka)
+    with Session(rh.db) as session:
+        payloads = session.scalars(
+            select(OutboxEvent.payload)
+            .where(OutboxEvent.key == str(agent.conversation_id).encode(), OutboxEvent.topic == topic.name)
+            .order_by(OutboxEvent.id)
+        ).all()
+    return [serde.decode(topic, bytes(p)) for p in payloads]
+
+
+def _layers(row: AiAgentRun) -> dict[str, str]:
+    assert row.prompt is not None
+    return {layer["label"]: layer["text"] for layer in row.prompt["layers"]}
+
+
+# ---------------------------------------------------------------------------------------------- /compact
+
+
+def _ingest(rh: RunnerHarness, agent: Agent, body: str, message_id: str) -> Any:
+    event = WahaEvent(
+        event="message",
+        session="default",
+        payload={
+            "id": message_id,
+            "timestamp": 1767225600,
+            "from": agent.chat_id,
+            "to": "5511900000000@c.us",
+            "fromMe": False,
+            "body": body,
+        },
+    )
+    route = ChannelSessionRoute(channel_session_id=agent.channel_session_id, org_id=agent.org_id, status="working")
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        return ingest_message(session, route=route, event=event, serde=Serde.from_settings(rh.kafka), request_id=None)
+
+
+async def test_compact_summarizes_now_and_never_reaches_the_model_nor_the_messages_table(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db)
+    for i in range(4):
+        inbound(rh.db, agent, f"question {i} about the blue sofa")
+        inbound(rh.db, agent, f"answer {i}: it is in stock", direction="outbound")
+    rh.fake.script([Reply(text="Hello!")])
+    await rh.run(run_request(agent, [inbound(rh.db, agent, "hi again")]))
+    assert rh.runner is not None and rh.runner.summarizer is not None
+    await rh.runner.summarizer.wait_idle()  # within the window: the background job summarized nothing
+    assert rh.scalar(agent.org_id, "SELECT count(*) FROM conversation_summaries") == 0
+
+    result = _ingest(rh, agent, "/compact", f"false_{agent.chat_id}_C1")
+    again = _ingest(rh, agent, "/compact", f"false_{agent.chat_id}_C1")  # WAHA redelivers
+
+    assert result.reason == "slash_compact" and result.message_id is None and not result.dispatched
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        bodies = session.scalars(select(Message.body).where(Message.conversation_id == agent.conversation_id)).all()
+    assert "/compact" not in bodies and len(bodies) == 9
+    assert _outbox(rh, agent, Topics.DISPATCH_REQUESTED) == []  # no agent turn is dispatched
+    requested = _outbox(rh, agent, Topics.RUN_REQUESTED)
+    assert again.reason == "slash_compact"
+    assert len(requested) == 2 and requested[0].run_id == requested[1].run_id  # a redelivery is the same run
+    compact: RunRequested = requested[0]
+
+    rh.fake.script(lambda r: Reply(text="The customer asked about the blue sofa; it is in stock."))
+    before = len(rh.fake.received)
+    row = await rh.run(compact)
+
+    assert row.status == "completed" and row.vitality == "completed"
+    assert row.final_text is None and row.would_send_to is None  # nothing is sent to anyone
+    assert "/compact" in (row.summary or "")
+    sent = rh.fake.received[before:]
+    assert len(sent) == 1 and SUMMARY_TASK in json.dumps(sent[0].body)  # only the summarization request
+    assert all("/compact" not in json.dumps(r.body) for r in rh.fake.received)
+    assert rh.scalar(agent.org_id, "SELECT messages_covered FROM conversation_summaries") == 9
+    assert "blue sofa" in rh.scalar(agent.org_id, "SELECT summary FROM conversations")
+
+
+async def test_compact_where_no_agent_ever_ran_has_nothing_to_compact(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db)
+    result = _ingest(rh, agent, "/compact", f"false_{agent.chat_id}_C2")
+    assert result.reason == "slash_compact_nothing" and not result.dispatched
+    assert _outbox(rh, agent, Topics.RUN_REQUESTED) == [] and _outbox(rh, agent, Topics.DISPATCH_REQUESTED) == []
+    assert rh.scalar(agent.org_id, "SELECT count(*) FROM messages") == 0
+
+
+# ---------------------------------------------------------------------------------------------- /plan
+
+
+async def test_plan_mode_read_only_tools_submit_plan_empty_without_a_plan_and_plan_off(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS, SEND_WHATSAPP_MESSAGE])
+    plan = "1. Find the customer's last order\n2. Offer the blue sofa at list price"
+    rh.fake.script([tool(SUBMIT_PLAN, {"plan": plan})])
+    before = len(rh.fake.received)
+    first = await rh.run(run_request(agent, [inbound(rh.db, agent, "/plan win back the customer")]))
+
+    request = rh.fake.received[before]
+    assert _tools(request) == {SEARCH_CONTACTS, SUBMIT_PLAN}  # read-only plus submit_plan
+    assert "win back the customer" in _user_texts(request) and "/plan" not in _user_texts(request)
+    assert first.status == "completed" and first.vitality == "completed"
+    assert first.final_text == plan and plan in (first.summary or "")
+    assert any(e.get("tool_name") == SUBMIT_PLAN and e["args"]["plan"] == plan for e in first.tool_calls)  # trace
+    assert _layers(first)["Run contract"].startswith("Mode: plan.")
+    assert rh.scalar(agent.org_id, "SELECT mode FROM conversation_modes") == "plan"
+
+    # The next message, without /plan, is still a plan turn; answering without a plan is an empty run.
+    rh.fake.script([Reply(text="Sure, I will send the offer now!")])
+    before = len(rh.fake.received)
+    chatty = await rh.run(run_request(agent, [inbound(rh.db, agent, "ok go ahead")]))
+    assert _tools(rh.fake.received[before]) == {SEARCH_CONTACTS, SUBMIT_PLAN}
+    assert (chatty.status, chatty.vitality, chatty.error_family) == ("completed", "empty", "silentRun")
+    assert chatty.final_text is None and chatty.would_send_to is None
+    assert "no plan was submitted" in (chatty.summary or "")
+
+    # /plan off: a clear reply without a model call, and the next turn has every granted tool again.
+    before = len(rh.fake.received)
+    off = await rh.run(run_request(agent, [inbound(rh.db, agent, "/plan off")]))
+    assert len(rh.fake.received) == before and off.final_text and "Plan mode is off" in off.final_text
+    assert rh.scalar(agent.org_id, "SELECT count(*) FROM conversation_modes") == 0
+    rh.fake.script([Reply(text="Hi!")])
+    await rh.run(run_request(agent, [inbound(rh.db, agent, "hello")]))
+    assert SEND_WHATSAPP_MESSAGE in _tools(rh.fake.received[before])
+
+
+# ---------------------------------------------------------------------------------------------- /goal
+
+
+def _honest_worker(received: Received) -> Reply:
+    """Reports no more tokens than it was sent / allowed; 3 tool steps, then a progress note."""
+    body = received.body
+    usage = {"input_tokens": len(json.dumps(body)) // 4, "output_tokens": int(body.get("max_tokens", 64))}
+    done_steps = json.dumps(body.get("messages", [])).count('"tool_result"')
+    if done_steps >= 3:
+        return Reply(text="Progress: 3 leads checked.", **usage)
+    return Reply(calls=tool(SEARCH_CONTACTS, {"query": f"lead {done_steps}"}).calls, **usage)
+
+
+def _next_segment(wake: DispatchRequested) -> RunRequested:
+    """What the dispatcher makes of a segment's wake (targeted: no trigger selection)."""
+    assert wake.target_agent_id is not None and wake.target_version_id is not None
+    return RunRequested(
+        org_id=wake.org_id,
+        request_id=wake.request_id,
+        conversation_id=wake.conversation_id,
+        contact_id=wake.contact_id,
+        channel_session_id=wake.channel_session_id,
+        run_id=uuid.uuid4(),
+        agent_id=wake.target_agent_id,
+        version_id=wake.target_version_id,
+        wake_reason=wake.wake_reason,
+        wake_context=wake.wake_context,
+    )
+
+
+async def test_goal_runs_in_segments_and_never_exceeds_its_budget(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS], max_steps=25, token_budget=500_000)
+    rh.fake.script(_honest_worker)
+    budget = 80_000  # --budget 0.08, in micro-USD ($1 in / $5 out per million tokens)
+    before = len(rh.fake.received)
+    runs = [await rh.run(run_request(agent, [inbound(rh.db, agent, "/goal answer every lead --budget 0.08")]))]
+    first_request = rh.fake.received[before]
+    assert "answer every lead" in _user_texts(first_request) and "/goal" not in _user_texts(first_request)
+    assert GOAL_COMPLETE in _tools(first_request)
+    directive = _layers(runs[0])["Directive"]
+    assert directive.startswith("Goal: answer every lead") and "$0.08" in directive
+    assert _layers(runs[0])["Run contract"].startswith("Mode: goal.")
+
+    seen = 0
+    for _ in range(25):  # bounded: the goal itself stops after 20 segments at most
+        wakes = _outbox(rh, agent, Topics.DISPATCH_REQUESTED)
+        if len(wakes) == seen:
+            break
+        wake = wakes[-1]
+        seen = len(wakes)
+        assert wake.wake_reason is WakeReason.PIPELINE_STEP
+        runs.append(await rh.run(_next_segment(wake)))
+
+    with Session(rh.db, expire_on_commit=False) as session, tenant_transaction(session, agent.org_id):
+        goal = session.scalars(
+            select(ConversationGoal).where(ConversationGoal.conversation_id == agent.conversation_id)
+        ).one()
+    costs = [r.cost_micros for r in runs]
+    assert len(runs) >= 2 and goal.segments == len(runs)
+    assert goal.status == "budget_spent" and goal.budget_micros == budget
+    assert sum(costs) == goal.spent_micros <= budget  # never exceeded, let alone by a whole segment
+    assert all(0 < c <= 5_000_000 for c in costs)
+    wakes = _outbox(rh, agent, Topics.DISPATCH_REQUESTED)
+    assert {w.wake_context.pipeline_run_id for w in wakes} == {goal.id}
+    assert all(r.wake_reason == "pipelineStep" for r in runs[1:])
+    assert all("Goal segment" in (r.summary or "") for r in runs)  # visible in the run log
+    # The last segment had less than its share left: the 80% nudge came, then the budget guard stopped it.
+    last = runs[-1]
+    assert any(e.get("kind") == "guard" and e.get("name") == "goal_budget_nudge" for e in last.tool_calls)
+    assert last.abort_reason == "cost_budget_exceeded"
+
+
+async def test_goal_complete_ends_the_goal_and_a_new_message_is_a_normal_turn(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script([tool(GOAL_COMPLETE, {"report": "All 3 leads answered."})])
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "/loop")]))
+    assert row.final_text == "All 3 leads answered." and row.status == "completed"
+    assert rh.scalar(agent.org_id, "SELECT status FROM conversation_goals") == "done"
+    assert rh.scalar(agent.org_id, "SELECT kind FROM conversation_goals") == "loop"
+    assert _outbox(rh, agent, Topics.DISPATCH_REQUESTED) == []  # done: no next segment
+
+
+async def test_goal_stop_ends_the_autonomous_work_without_a_model_call(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script([Reply(text="Progress: started.")])
+    await rh.run(run_request(agent, [inbound(rh.db, agent, "/goal answer every lead")]))
+    (wake,) = _outbox(rh, agent, Topics.DISPATCH_REQUESTED)
+    before = len(rh.fake.received)
+    stop = await rh.run(run_request(agent, [inbound(rh.db, agent, "/goal stop")]))
+    assert len(rh.fake.received) == before and stop.final_text == "Stopped the autonomous work."
+    assert rh.scalar(agent.org_id, "SELECT status FROM conversation_goals") == "stopped"
+    # The wake already queued for the next segment finds no active goal: a plain turn, no new segment.
+    rh.fake.script([Reply(text="Hi!")])
+    late = await rh.run(_next_segment(wake))
+    assert late.final_text == "Hi!" and "Goal segment" not in (late.summary or "")
+    assert len(_outbox(rh, agent, Topics.DISPATCH_REQUESTED)) == 1
+
+
+# ---------------------------------------------------------------------------------------------- /skill
+
+
+def _grant_skill(rh: RunnerHarness, agent: Agent, name: str, body: str) -> None:
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        session.execute(update(AiAgentVersion).where(AiAgentVersion.id == agent.version_id).values(skills=[name]))
+        session.add(AgentSkill(org_id=agent.org_id, name=name, body=body))
+
+
+async def test_skill_body_is_the_directive_and_an_unknown_skill_gets_a_clear_reply(rh: RunnerHarness) -> None:
+    for body in ("/skill:pricing how much is the sofa?", "/pricing how much is the sofa?"):  # namespaced, legacy
+        agent = create_agent(rh.db)
+        _grant_skill(rh, agent, "pricing", "Always quote the list price: the blue sofa is 450 EUR.")
+        rh.fake.script([Reply(text="450 EUR")])
+        before = len(rh.fake.received)
+        row = await rh.run(run_request(agent, [inbound(rh.db, agent, body)]))
+        assert row.final_text == "450 EUR"
+        assert _layers(row)["Directive"] == "Skill pricing:\nAlways quote the list price: the blue sofa is 450 EUR."
+        sent = _user_texts(rh.fake.received[before])
+        assert "how much is the sofa?" in sent and "pricing how much" not in sent
+
+    before = len(rh.fake.received)
+    unknown = await rh.run(run_request(agent, [inbound(rh.db, agent, "/skill:shipping where is it?")]))
+    assert len(rh.fake.received) == before  # no model call
+    assert unknown.final_text and "Unknown skill 'shipping'" in unknown.final_text
+    assert "/skill:pricing" in unknown.final_text and unknown.would_send_to is not None
