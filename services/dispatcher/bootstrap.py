@@ -97,6 +97,7 @@ class Dispatcher:
         self.budgets = BudgetWatcher(self.engine, refresh_s=settings.budget_refresh_s)
         self.config = PolicyConfig(
             lease_s=settings.lease_s,
+            start_lease_s=settings.start_lease_s,
             max_attempts=settings.max_attempts,
             reply_interval_s=settings.reply_interval_s,
             state_ttl_s=settings.state_ttl_s,

@@ -82,6 +82,8 @@ INTERRUPT_TEXT = "A new customer message arrived: stop at this turn boundary; a 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     lease_s: float = 30.0
+    # The lease of a run no runner has acknowledged yet (it may be queued in a lagging runner).
+    start_lease_s: float = 120.0
     max_attempts: int = 3
     reply_interval_s: float = 5.0
     state_ttl_s: float = 24 * 3600.0
@@ -96,6 +98,8 @@ class Context:
     budgets: BudgetView
     admission: Admission
     config: PolicyConfig
+    # Leases are not judged before this time: the worker is still catching up with its input.
+    judge_leases_from: datetime | None = None
 
 
 class UnknownEvent(TypeError):
@@ -219,6 +223,8 @@ def _considered(selection: Selection) -> dict[str, Any]:
 def on_dispatch(state: ConversationState, dispatch: DispatchRequested, ctx: Context, t: Transition) -> bool:
     """Handle a dispatch request; False when it was already handled (nothing changed)."""
     key = dedupe_key(dispatch)
+    if dispatch.excluded_agent_ids:  # a classification re-dispatch of a seen message is a new request
+        key += ":x:" + ",".join(sorted(str(a) for a in dispatch.excluded_agent_ids))
     if state.has_seen(key):
         return False  # a replay, or the same message dispatched twice: already handled
     state.remember(key)
@@ -306,7 +312,8 @@ def _while_busy(
     ctx: Context,
     t: Transition,
 ) -> None:
-    policy = active.policy
+    # A re-dispatch from the active run itself (its classification filter did not match) waits for it to end.
+    policy = ConcurrencyPolicy.ENQUEUE if active.agent_id in dispatch.excluded_agent_ids else active.policy
     details = {"policy": policy.value, "chosen_agent_id": str(choice.agent_id)}
     if policy is ConcurrencyPolicy.REJECT:
         t.decisions.append(
@@ -478,7 +485,7 @@ def _try_start(state: ConversationState, ctx: Context, t: Transition, *, choice:
         dispatches=dispatches,
         requested_count=len(dispatches),
         dispatched_at=ctx.now,
-        lease_expires_at=ctx.now + timedelta(seconds=ctx.config.lease_s),
+        lease_expires_at=recovery.start_lease_expiry(ctx.now, ctx.config.lease_s, ctx.config.start_lease_s),
     )
     state.active = run
     state.pending = []
@@ -584,7 +591,6 @@ def on_run_alive(state: ConversationState, run_id: uuid.UUID, dry_run: bool, ctx
     active = state.active
     if dry_run or active is None or active.run_id != run_id:
         return False  # dry runs are not tracked; a closed or superseded run's heartbeat is late
-    active.started = True
     recovery.extend_lease(active, ctx.now, ctx.config.lease_s)
     return True
 
@@ -652,7 +658,7 @@ def _start_due(state: ConversationState, ctx: Context, t: Transition) -> None:
 def _lose_or_recover(state: ConversationState, active: ActiveRun, ctx: Context, t: Transition, *, reason: str) -> None:
     state.close_run(active.run_id)
     if active.attempt < ctx.config.max_attempts:
-        attempt = recovery.recovery_attempt(active, ctx.now, ctx.config.lease_s)
+        attempt = recovery.recovery_attempt(active, ctx.now, ctx.config.lease_s, ctx.config.start_lease_s)
         state.active = attempt
         t.outputs.append(Emit(Topics.RUN_REQUESTED, _recovery_requested(state, attempt, ctx)))
         t.decisions.append(_run_decision(state, attempt, DispatchOutcome.RECOVERED, ctx, reason=reason))
@@ -671,7 +677,10 @@ def on_tick(state: ConversationState, ctx: Context, t: Transition) -> None:
     """The timer found something due: a lapsed lease, a deferred dispatch, or an idle state to drop."""
     active = state.active
     if active is not None:
-        if recovery.lease_expired(active, ctx.now):
+        deferred = recovery.deferred_expiry(active, ctx.now, ctx.judge_leases_from)
+        if deferred is not None:
+            active.lease_expires_at = deferred  # catching up: look again when the input is read
+        elif recovery.lease_expired(active, ctx.now):
             _lose_or_recover(state, active, ctx, t, reason="lease expired without a heartbeat")
         return
     if state.pending:

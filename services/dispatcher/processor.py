@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from services.dispatcher import metrics, recovery
@@ -161,23 +161,33 @@ class BatchProcessor:
         # Prometheus label lookups cost more than the increments: keep the children.
         self._counters: dict[Any, Any] = {}
         self._in_flight: list[Awaitable[Any]] = []
+        # Leases wait while this worker catches up with its input (restart, outage, backlog).
+        self._catch_up = recovery.CatchUp(config.lease_s, max_catch_up_s=config.start_lease_s)
+        self._judge_from: datetime | None = None
 
     async def process(self, events: Sequence[InEvent]) -> None:
         started = time.perf_counter()
         metrics.BATCH_EVENTS.observe(len(events))
         wall_ms = time.time() * 1000
+        oldest_ms = 0
         for event in events:
             if event.timestamp_ms:
                 metrics.EVENT_WAIT.observe(max(0.0, wall_ms - event.timestamp_ms) / 1000)
+                oldest_ms = min(oldest_ms or event.timestamp_ms, event.timestamp_ms)
         groups = await self._decode(events)
         if not groups:
             return
         now = self._clock()
+        oldest = datetime.fromtimestamp(oldest_ms / 1000, tz=UTC) if oldest_ms else None
+        judge_from = self._catch_up.observe(now, oldest)
+        if judge_from is not None and judge_from != self._judge_from:
+            log.info("catching up with the input: leases wait", extra={"judge_leases_from": judge_from.isoformat()})
+        self._judge_from = judge_from
         budgets = self._budgets()
         # Pass 1: admit every run start and learn what each org wants.
         unlimited = Admission.unlimited()
         for group in groups.values():
-            await self._fold(group, Context(now, self._index, budgets, unlimited, self._config))
+            await self._fold(group, Context(now, self._index, budgets, unlimited, self._config, judge_from))
         decided = time.perf_counter()
         if unlimited.demand:
             grants = await self._grants(unlimited.demand, now)
@@ -187,7 +197,7 @@ class BatchProcessor:
                 limited = Admission.granted(grants, fallback_retry_at=now + timedelta(seconds=1))
                 for group in groups.values():
                     if group.org_id in short:
-                        await self._fold(group, Context(now, self._index, budgets, limited, self._config))
+                        await self._fold(group, Context(now, self._index, budgets, limited, self._config, judge_from))
         admitted = time.perf_counter()
         await self._commit(groups.values(), now)
         metrics.BATCH_SECONDS.labels("decide").observe(decided - started)

@@ -1,8 +1,15 @@
 """Leases, recovery attempts and lost runs [002 "Discendenza dei tentativi"]: pure functions.
 
-A run holds a lease from the moment it is dispatched; ``run_started`` and every
-``run_heartbeats`` record extend it to now + ``DISPATCHER_LEASE_S``. When the lease
-lapses, the run is re-dispatched with wake reason ``recovery``, attempt + 1 and the
+A dispatched run nobody has heard of yet holds a *start lease*
+(``DISPATCHER_START_LEASE_S``, several leases): it may merely be queued in a lagging
+runner's input, and re-dispatching it would only add to that backlog (docs/chaos.md,
+finding 2). The first ``run_started`` or ``run_heartbeats`` (the runner heartbeats a run
+from acceptance) replaces it with now + ``DISPATCHER_LEASE_S``, and each later one extends
+it again. Leases are judged only while the worker is caught up with its input
+(:class:`CatchUp`: not within a lease of its start, of a gap in processing or of reading
+old records),
+so evidence still unread after a restart or a broker outage is not mistaken for silence
+(finding 1). When the lease lapses, the run is re-dispatched with wake reason ``recovery``, attempt + 1 and the
 lost run as parent; the new attempt answers exactly the same dispatches. After
 ``DISPATCHER_MAX_ATTEMPTS`` the dispatcher closes the run itself with a
 ``run_completed`` (status failed, vitality dead, error family ``processLost``), and the
@@ -39,18 +46,82 @@ def run_id_for(first_dispatch_id: uuid.UUID, parent_run_id: uuid.UUID | None, at
     return derived_id("run", first_dispatch_id, parent_run_id, attempt)
 
 
+def start_lease_expiry(now: datetime, lease_s: float, start_lease_s: float) -> datetime:
+    """The lease of a run just dispatched: nobody has taken it yet (never shorter than a lease)."""
+    return now + timedelta(seconds=max(lease_s, start_lease_s))
+
+
 def lease_expired(active: ActiveRun, now: datetime) -> bool:
     return now >= active.lease_expires_at
 
 
 def extend_lease(active: ActiveRun, now: datetime, lease_s: float) -> None:
-    """Push the lease to now + lease (never backwards: a late heartbeat cannot shorten it)."""
+    """A runner holds the run: the lease runs to now + lease.
+
+    The first sign of life replaces the start lease (even when that shortens it: from now on
+    the runner's heartbeats are what keeps it); after that a lease never moves backwards.
+    """
     candidate = now + timedelta(seconds=lease_s)
-    if candidate > active.lease_expires_at:
+    if not active.started or candidate > active.lease_expires_at:
         active.lease_expires_at = candidate
+    active.started = True
 
 
-def recovery_attempt(active: ActiveRun, now: datetime, lease_s: float) -> ActiveRun:
+def deferred_expiry(active: ActiveRun, now: datetime, judge_from: datetime | None) -> datetime | None:
+    """A lapsed lease the worker may not judge yet (still catching up): when to look again.
+
+    None: judge it now (the lease has not lapsed, or the worker is caught up).
+    """
+    if judge_from is None or now >= judge_from or not lease_expired(active, now):
+        return None
+    return judge_from
+
+
+class CatchUp:
+    """Whether this worker has caught up with its input, so that silence means silence.
+
+    Evidence that a run is alive or done (heartbeats, completions) may still be unread when
+    the worker has just started (its backlog: a restart or a rebalance), when it processed
+    nothing for more than two leases (the broker was unreachable; one lease of silence is
+    what a single dead run looks like, so it is not a gap), or when it reads records produced
+    more than a lease ago (a backlog, or records buffered by their producers during an
+    outage). After each such sign, leases are not judged for one lease: in effect every
+    active lease is extended by one lease. Old records only count for ``max_catch_up_s`` of
+    an uninterrupted stretch of them, so a producer whose clock lags cannot suspend
+    recovery for good.
+    """
+
+    def __init__(self, lease_s: float, max_catch_up_s: float) -> None:
+        self._lease = timedelta(seconds=lease_s)
+        self._max_catch_up = timedelta(seconds=max_catch_up_s)
+        self._last_batch_at: datetime | None = None
+        self._stale_since: datetime | None = None
+        self._judge_from: datetime | None = None
+
+    def observe(self, now: datetime, oldest_produced_at: datetime | None) -> datetime | None:
+        """A batch is processed at ``now``; returns when leases may be judged again (None: now)."""
+        # A deferral's end counts as activity: the tick it brings is not a new gap.
+        seen = [t for t in (self._last_batch_at, self._judge_from) if t is not None]
+        if not seen or now - max(seen) > 2 * self._lease:
+            self._defer(now)  # (re)started, or nothing processed for two leases
+        if oldest_produced_at is not None and now - oldest_produced_at > self._lease:
+            self._stale_since = self._stale_since or now
+            if now - self._stale_since <= self._max_catch_up:
+                self._defer(now)  # reading a backlog
+        else:
+            self._stale_since = None
+        self._last_batch_at = now
+        if self._judge_from is not None and now < self._judge_from:
+            return self._judge_from
+        return None
+
+    def _defer(self, now: datetime) -> None:
+        candidate = now + self._lease
+        if self._judge_from is None or candidate > self._judge_from:
+            self._judge_from = candidate
+
+
+def recovery_attempt(active: ActiveRun, now: datetime, lease_s: float, start_lease_s: float) -> ActiveRun:
     """The next attempt of a lost run: same dispatches, attempt + 1, parent = the lost run."""
     first = active.dispatches[0].event_id
     attempt = active.attempt + 1
@@ -69,7 +140,7 @@ def recovery_attempt(active: ActiveRun, now: datetime, lease_s: float) -> Active
             ),
             "requested_count": len(active.dispatches),
             "dispatched_at": now,
-            "lease_expires_at": now + timedelta(seconds=lease_s),
+            "lease_expires_at": start_lease_expiry(now, lease_s, start_lease_s),
             "started": False,
             "interrupt_requested": False,
         }

@@ -17,6 +17,11 @@ created_at asc). Each candidate's trigger config filters the dispatch:
 The first candidate that passes wins; none → ``no_match``, with the reason of each
 rejection kept for the decision record. A dispatch that names a target agent skips
 the ranking and the trigger filters: someone chose that agent explicitly.
+
+Classification filters (``trigger_config.classification``) need labels a run computes, so
+they are not checked here: the runner checks them and, when unmet, re-dispatches the same
+messages with its agent in ``excluded_agent_ids``; an excluded agent is never chosen
+(``excluded``), so each agent is tried at most once and the chain ends in ``no_match``.
 """
 
 from __future__ import annotations
@@ -164,8 +169,9 @@ def trigger_rejection(trigger: TriggerConfig, dispatch: DispatchRequested) -> st
 def rank(candidates: Sequence[AgentVersionSnapshot], dispatch: DispatchRequested) -> Selection:
     """The first candidate (already in dispatch order) whose trigger fires."""
     considered: list[tuple[uuid.UUID, str]] = []
+    excluded = set(dispatch.excluded_agent_ids)
     for snapshot in candidates:
-        rejection = trigger_rejection(snapshot.trigger, dispatch)
+        rejection = "excluded" if snapshot.agent_id in excluded else trigger_rejection(snapshot.trigger, dispatch)
         if rejection is None:
             considered.append((snapshot.agent_id, "chosen"))
             return Selection(Choice.of(snapshot), tuple(considered))

@@ -20,6 +20,11 @@ class DispatcherSettings(ServiceSettings):
     # A run's lease: extended to now + lease_s by run_started and each heartbeat; when it
     # lapses the run is recovered. Must be several runner heartbeat intervals (10 s).
     lease_s: float = Field(default=30.0, gt=0)
+    # The lease of a run no runner has acknowledged yet (no run_started, no heartbeat): it
+    # may be queued behind a lagging runner's backlog, where a re-dispatch would only add to
+    # it. Used as max(start_lease_s, lease_s); also bounds how long a worker that is catching
+    # up with its input after a restart or an outage keeps leases from being judged.
+    start_lease_s: float = Field(default=120.0, gt=0)
     # Attempts of one run before it is closed as failed with error family processLost.
     max_attempts: int = Field(default=3, ge=1, le=20)
     # How often the timer scans the local conversation table for due leases and dispatches.

@@ -70,6 +70,7 @@ class ActiveRun(_Model):
     requested_count: int = 1
     dispatched_at: datetime
     lease_expires_at: datetime
+    # A runner has acknowledged the run (run_started or a heartbeat): the short lease applies.
     started: bool = False
     interrupt_requested: bool = False
 

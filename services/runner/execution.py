@@ -40,6 +40,7 @@ from services.runner.credentials import CredentialResolver, NoCredential
 from services.runner.events import RunEventPublisher, RunEvents
 from services.runner.handoff import match_handoff_keyword
 from services.runner.interceptors import FINISH_SPEC, FINISH_TOOL, ToolInterceptor, default_interceptors
+from services.runner.label_filter import CLASSIFICATION_MISMATCH, filter_mismatch
 from services.runner.loop import AgentLoop, LoopConfig, RetryPolicy
 from services.runner.metrics import (
     RUN_COST,
@@ -69,6 +70,7 @@ from services.runner.providers.base import (
     TokenUsage,
 )
 from services.runner.settings import RunnerSettings
+from services.runner.state import StateStore, run_state
 from services.runner.steering import RunSteering
 from services.runner.store import ClaimState, Finish, RunStore
 from services.runner.subagents import NestedRuntime, SubAgentTools, load_subagents
@@ -119,6 +121,7 @@ class RunnerDeps:
     toolbox_factory: ToolBoxFactory | None = None
     builders: Callable[[RunStore], Sequence[ContextBuilder]] = field(default=lambda store: default_builders())
     interceptors: Callable[[dict[str, str]], Sequence[ToolInterceptor]] = field(default=default_interceptors)
+    state: StateStore | None = None  # issue 6, docs/memory.md "State": the local state_note tool
     autonomy: AutonomyStore | None = None  # None: no autonomy gate (unit tests)
     # Issue 6 (docs/memory.md): background work started once a run is recorded (thread summary,
     # follow-up link); each hook returns at once and never delays or fails the run.
@@ -329,12 +332,17 @@ class RunExecutor:
             subagents = await self._subagent_tools(subject, pii, events, labels)
             specs += subagents.specs if subagents is not None else []
             specs.extend(turn.local_tools)  # issue 6 item 4: submit_plan / goal_complete
+            state = run_state(self._deps.state, subject, pii, granted)  # issue 6, docs/memory.md "State"
+            specs.extend(state.specs)
             draft = await compose(subject, specs, turn.builders(self._deps.builders(self._deps.store)), mode=turn.mode)
             if autonomy is not None:  # a resumed run: the paused call and the owner's decision
                 draft = autonomy.resumed(draft)
             # Issue 6 item 9: the optional classification step, before the loop.
             labeled = await self._classify(subject, provider, access, price, pii)
             if labeled is not None and labeled.labels is not None:
+                unmet = await self._unmet_label_filter(subject, labeled, events)
+                if unmet is not None:
+                    return unmet
                 draft = with_labels_layer(draft, labeled.labels)
             prompt = prompt_record(pii.layers(draft.system), pii.messages(draft.messages), draft.tools)
             loop = AgentLoop(
@@ -368,6 +376,7 @@ class RunExecutor:
                 interceptors=[
                     *self._deps.interceptors(labels),
                     *turn.interceptors,
+                    *state.interceptors,
                     *([subagents] if subagents is not None else []),
                     *([autonomy.gate(pii)] if autonomy is not None else []),
                     PiiInterceptor(pii),
@@ -430,6 +439,27 @@ class RunExecutor:
                 lambda: self._deps.store.save_classification(subject.request, labeled.labels.as_json())  # type: ignore[union-attr]
             )
         return labeled
+
+    async def _unmet_label_filter(
+        self, subject: RunSubject, labeled: LabelResult, events: RunEvents
+    ) -> LoopOutcome | None:
+        """Issue 6 item 9: the version's classification filter (``label_filter.py``). Unmet: the run ends
+        without its loop, the classification's trace and tokens kept; ``finish`` re-dispatches the messages."""
+        assert labeled.labels is not None
+        unmet = filter_mismatch(await self._deps.store.label_filter(subject.request), labeled.labels)
+        if unmet is None:
+            return None
+        events.debug(CLASSIFICATION_MISMATCH, f"label {unmet} outside this agent's filter; dispatched again")
+        await self._deps.store.append_trace(
+            subject.request, list(labeled.entries), steps=0, usage=labeled.usage, cost=labeled.cost_micros
+        )
+        return LoopOutcome(
+            OutcomeKind.ABORTED,
+            abort_reason=CLASSIFICATION_MISMATCH,
+            usage=labeled.usage,
+            cost_micros=labeled.cost_micros,
+            summary=f"Not answered: label {unmet} is outside this agent's classification filter.",
+        )
 
     def _toolbox(self, subject: RunSubject, granted: tuple[str, ...]) -> ToolBox:
         if self._deps.toolbox_factory is not None:

@@ -42,6 +42,9 @@ class OutcomeKind(StrEnum):
 # A recovery attempt whose messages an earlier attempt already answered (its late run_completed
 # raced the lease): nothing is run, nothing is sent — one reply per message (docs/runner.md).
 ALREADY_ANSWERED = "already_answered"
+# The version's classification filter refused the messages; they went to the next agent
+# (services/runner/label_filter.py, docs/agent-context.md).
+CLASSIFICATION_MISMATCH = "classification_mismatch"
 
 
 # Abort reasons (``ai_agent_runs.abort_reason``, ``run_completed.abort_reason``).
@@ -108,6 +111,7 @@ _ABORT_FAMILIES = {
     SILENCE_TIMEOUT: (Vitality.STALLED, ErrorFamily.SILENT_RUN),
     INTERRUPTED: (Vitality.ALIVE, None),
     ALREADY_ANSWERED: (Vitality.COMPLETED, None),
+    CLASSIFICATION_MISMATCH: (Vitality.COMPLETED, None),
 }
 
 

@@ -31,6 +31,7 @@ from services.runner.providers import ProviderRegistry, build_providers
 from services.runner.runtime import RunSupervisor
 from services.runner.settings import RunnerSettings
 from services.runner.slash_store import SlashStore
+from services.runner.state import StateStore, with_state
 from services.runner.steering import SteeringListener
 from services.runner.store import RunStore
 from services.runner.summary import ThreadSummarizer
@@ -104,6 +105,7 @@ class Runner:
             memory_sessions, providers, price=store.price, call_timeout_s=settings.model_call_timeout_s
         )
         linker = FollowupLinker(memory_sessions)
+        state = StateStore(memory_sessions)
         deps = RunnerDeps(
             settings=settings,
             store=store,
@@ -120,8 +122,9 @@ class Runner:
             autonomy=AutonomyStore(create_async_sessionmaker(engine), serde),  # issue 6, docs/autonomy.md
             # Issue 6, docs/memory.md: long-term facts in the prompt; summary and follow-up link after a run.
             builders=lambda _store: with_followup_context(
-                with_memory(default_builders(), FactRetriever(memory_sessions)), memory_sessions
+                with_state(with_memory(default_builders(), FactRetriever(memory_sessions)), state), memory_sessions
             ),
+            state=state,  # issue 6, docs/memory.md "State": conclusions kept, tool chatter left in the trace
             after_run=(summarizer.after_run, linker.after_run),
             # Issue 6 item 4, docs/agent-context.md "Slash commands".
             turns=TurnPlanner(SlashStore(memory_sessions, serde)),

@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
 from services.runner.budget import ModelPrice
+from services.runner.label_filter import CLASSIFICATION_MISMATCH, redispatches
 from services.runner.outcome import Classification, LoopOutcome
 from services.runner.providers.base import TokenUsage
 from services.runner.subject import ConversationInfo, HistoryItem, RunSubject, VersionConfig
@@ -532,6 +533,8 @@ class RunStore:
             enqueue_record(
                 session.sync_session, Topics.RUN_COMPLETED, run_completed(subject, finish), serde=self._serde
             )
+            if outcome.abort_reason == CLASSIFICATION_MISMATCH and not request.dry_run:
+                await self._redispatch(session, request)
             # Last: the org's and agent's monthly rows are shared by every run of the org, so their
             # row locks are held only from here to the commit.
             await session.run_sync(_add_usage, request, usage, outcome.cost_micros, finish.completed_at)
@@ -612,6 +615,34 @@ class RunStore:
                 .where(AiAgentRun.org_id == request.org_id, AiAgentRun.id == request.run_id)
                 .values(classification=labels)
             )
+
+    async def label_filter(self, request: RunRequested) -> dict[str, Any] | None:
+        """The version's classification filter (``trigger_config.classification``), None when it has none."""
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            trigger = await session.scalar(
+                select(AiAgentVersion.trigger_config).where(
+                    AiAgentVersion.org_id == request.org_id, AiAgentVersion.id == request.version_id
+                )
+            )
+        found = (trigger or {}).get("classification")
+        return dict(found) if isinstance(found, dict) else None
+
+    async def _redispatch(self, session: AsyncSession, request: RunRequested) -> None:
+        """Issue 6 item 9: a classification filter was unmet; the messages go to the next agent, never back
+        to one that refused them (every earlier ``classification_mismatch`` run on them is excluded too)."""
+        message_ids = [m.message_id for m in request.messages]
+        if not message_ids:
+            return
+        refused = await session.scalars(
+            select(AiAgentRun.agent_id).where(
+                AiAgentRun.org_id == request.org_id,
+                AiAgentRun.conversation_id == request.conversation_id,
+                AiAgentRun.abort_reason == CLASSIFICATION_MISMATCH,
+                AiAgentRun.inbound_message_ids.overlap(message_ids),
+            )
+        )
+        for record in redispatches(request, refused.all()):
+            enqueue_record(session.sync_session, Topics.DISPATCH_REQUESTED, record, serde=self._serde)
 
     async def heartbeat(self, org_id: uuid.UUID, run_ids: Sequence[uuid.UUID]) -> None:
         """Refresh the lease column. Rows locked by their own run's write are skipped (that write

@@ -291,6 +291,7 @@ class DispatchRequested(Record):
     target_agent_id: UUID | None = None
     target_version_id: UUID | None = None
     dry_run: bool = False
+    excluded_agent_ids: tuple[UUID, ...] = ()
 
 
 class RunRequested(Record):

@@ -44,6 +44,8 @@ MODEL_DELAY_S = 1.5
 # session): a re-dispatch that waits for the partition to move is not declared lost.
 SERVICE_ENV = {
     "DISPATCHER_LEASE_S": "10",
+    # A run no runner acknowledged yet (its runner killed before it took it) waits this long.
+    "DISPATCHER_START_LEASE_S": "25",
     "DISPATCHER_MAX_ATTEMPTS": "10",
     "DISPATCHER_TICK_INTERVAL_S": "0.5",
     "DISPATCHER_SESSION_TIMEOUT_S": "6",

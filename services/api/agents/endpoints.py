@@ -23,6 +23,7 @@ from services.api.agents.schemas import (
     VersionPatch,
     VersionView,
 )
+from services.api.agents.skills import router as skills_router
 from services.api.core.auth import AdminWrite, Manager
 from services.api.core.errors import (
     Conflict,
@@ -250,3 +251,8 @@ async def patch_version(
         )
     )
     return Envelope(data=view)
+
+
+# --------------------------------------------------------------------------- skills (services/api/agents/skills.py)
+
+router.include_router(skills_router)

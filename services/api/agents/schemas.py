@@ -15,9 +15,18 @@ import uuid
 import zoneinfo
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from switchboard.contracts.enums import Weekday
 from switchboard.db.enums import AgentKind, AgentVersionStatus, ConcurrencyPolicy, LlmProvider
@@ -31,6 +40,11 @@ MICROS_PER_CENT = 10_000
 Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
 EventType = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_.]{0,63}$")]
 Keyword = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+# The runner's classification labels (services/runner/classification.py; urgency is the contracts' Urgency).
+IntentLabel = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_]{0,79}$")]
+UrgencyLabel = Literal["low", "normal", "high", "urgent"]
+CategoryLabel = Literal["sales", "support", "billing", "scheduling", "complaint", "information", "other"]
+ToneLabel = Literal["positive", "neutral", "negative", "angry"]
 
 
 class AgentStatus(StrEnum):
@@ -132,6 +146,25 @@ class BusinessHoursIn(_Strict):
         return self
 
 
+class ClassificationFilterIn(_Strict):
+    """Issue 6 item 9: the labels this agent answers; an empty list accepts any value. The runner checks it
+    after classifying and passes unmet messages to the next agent (docs/agent-context.md "Classification")."""
+
+    intent: list[IntentLabel] = Field(default_factory=list, max_length=50)
+    urgency: list[UrgencyLabel] = Field(default_factory=list)
+    category: list[CategoryLabel] = Field(default_factory=list)
+    tone: list[ToneLabel] = Field(default_factory=list)
+
+    @field_validator("intent", "urgency", "category", "tone")
+    @classmethod
+    def _labels_unique(cls, value: list[str]) -> list[str]:
+        return _unique(value, "labels")
+
+    @property
+    def restricts(self) -> bool:
+        return bool(self.intent or self.urgency or self.category or self.tone)
+
+
 class TriggerConfigIn(_Strict):
     """Which events wake the agent [004 §5.3]. The seed's nested shape is accepted on input."""
 
@@ -145,6 +178,9 @@ class TriggerConfigIn(_Strict):
         description="Python regular expression, matched case-insensitively; compiled at save time.",
     )
     business_hours: BusinessHoursIn | None = None
+    classification: ClassificationFilterIn | None = Field(
+        default=None, description="Labels this agent answers (needs classification_enabled); null = any."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -229,6 +265,13 @@ class VersionConfig(_Strict):
             raise ValueError("subagent_ids must not repeat an agent")
         return value
 
+    @model_validator(mode="after")
+    def _filter_needs_labels(self) -> VersionConfig:
+        label_filter = self.trigger_config.classification
+        if label_filter is not None and label_filter.restricts and not self.classification_enabled:
+            raise ValueError("trigger_config.classification needs classification_enabled")
+        return self
+
     @field_validator("handoff_keywords")
     @classmethod
     def _keywords_unique(cls, value: list[str]) -> list[str]:
@@ -244,6 +287,7 @@ class TriggerConfigPatch(_Strict):
     ignore_own: bool | None = None
     keyword_regex: str | None = Field(default=None, max_length=MAX_KEYWORD_REGEX_LENGTH)
     business_hours: BusinessHoursIn | None = None
+    classification: ClassificationFilterIn | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -333,6 +377,15 @@ class TriggerConfigView(BaseModel):
     ignore_own: bool
     keyword_regex: str | None
     business_hours: BusinessHoursIn | None
+    classification: ClassificationFilterIn | None = None
+
+    @model_serializer(mode="wrap")
+    def _additive(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``classification`` appears only when set: a trigger without it reads as before."""
+        data: dict[str, Any] = handler(self)
+        if data.get("classification") is None:
+            data.pop("classification", None)
+        return data
 
 
 class FollowupView(BaseModel):

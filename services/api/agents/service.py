@@ -52,6 +52,7 @@ from switchboard.db.enums import (
     LlmProvider,
 )
 from switchboard.db.models.agents import AiAgent, AiAgentVersion
+from switchboard.db.models.memory import STATE_NOTE_TOOL
 from switchboard.db.outbox import enqueue_record
 from switchboard.tool_catalog import is_known_tool
 
@@ -115,6 +116,7 @@ def _stored_trigger(raw: Mapping[str, Any] | None) -> dict[str, Any]:
         "ignore_own": bool(data.get("ignore_own", True)),
         "keyword_regex": data.get("keyword_regex"),
         "business_hours": data.get("business_hours"),
+        "classification": data.get("classification"),
     }
 
 
@@ -210,7 +212,10 @@ def snapshot(agent: AiAgent, version: AiAgentVersion) -> AgentVersionSnapshot | 
         model=version.model,
         credential_id=version.credential_id,
         tool_ids=tuple(config["tool_ids"]),
-        trigger=TriggerConfig.model_validate(config["trigger_config"]),
+        # The classification filter is the runner's (labels exist only in a run): not in the snapshot.
+        trigger=TriggerConfig.model_validate(
+            {k: v for k, v in config["trigger_config"].items() if k != "classification"}
+        ),
         channel_session_id=version.channel_session_id,
         max_steps=version.max_steps,
         token_budget=version.token_budget,
@@ -228,6 +233,11 @@ def snapshot(agent: AiAgent, version: AiAgentVersion) -> AgentVersionSnapshot | 
 
 
 # --------------------------------------------------------------------------- validation
+
+
+def _grantable(tool: str) -> bool:
+    """A catalog tool, or the runner's local ``state_note`` (docs/memory.md "State")."""
+    return is_known_tool(tool) or tool == STATE_NOTE_TOOL
 
 
 def _problem(loc: list[str], msg: str, kind: str) -> dict[str, Any]:
@@ -284,7 +294,7 @@ def check_references(
         elif not credential.is_active:
             problems.append(_problem([*prefix, "credential_id"], "The credential is not active", "inactive_credential"))
     for index, tool in enumerate(config.tool_ids):
-        if not is_known_tool(tool):
+        if not _grantable(tool):
             problems.append(
                 _problem([*prefix, "tool_ids", str(index)], f"{tool!r} is not a tool of the catalog", "unknown_tool")
             )
@@ -751,7 +761,7 @@ def _check_publishable(session: Session, org_id: uuid.UUID, version: AiAgentVers
         credential = repository.credential(session, org_id, version.credential_id)
         if credential is None or not credential.is_active:
             raise Conflict("The version's credential is not active", details={"reason": "credential_inactive"})
-    unknown = [tool for tool in version.tool_ids if not is_known_tool(tool)]
+    unknown = [tool for tool in version.tool_ids if not _grantable(tool)]
     if unknown:
         raise Conflict(
             "The version grants tools the catalog no longer has; save a version without them",

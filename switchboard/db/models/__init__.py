@@ -19,7 +19,7 @@ from switchboard.db.models.budgets import BudgetIncident, BudgetPolicy
 from switchboard.db.models.channels import ChannelSession, Contact, Conversation, Message
 from switchboard.db.models.followups import ScheduledFollowup
 from switchboard.db.models.limits import DispatchRateWindow
-from switchboard.db.models.memory import ConversationSummary, MemoryFact
+from switchboard.db.models.memory import ConversationStateNote, ConversationSummary, MemoryFact
 from switchboard.db.models.notifications import OrgNotification, OrgWebhook, RunDelivery
 from switchboard.db.models.outbox import OutboxEvent
 from switchboard.db.models.runs import ONE_ACTIVE_RUN_INDEX, AiAgentRun, DispatchDecision
@@ -48,6 +48,7 @@ __all__ = [
     "Conversation",
     "ConversationGoal",
     "ConversationModeRow",
+    "ConversationStateNote",
     "ConversationSummary",
     "DispatchDecision",
     "DispatchRateWindow",

@@ -101,3 +101,31 @@ class MemoryFact(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     search: Mapped[Any] = mapped_column(
         TSVECTOR, Computed(f"to_tsvector('{FACT_TS_CONFIG}'::regconfig, fact)", persisted=True)
     )
+
+
+MAX_STATE_NOTE_CHARS = 2_000
+
+
+class ConversationStateNote(OrgScoped, Timestamps, Base):
+    """The conversation's state [003 "Lo stato del grafo"]: the conclusions so far, written by the model
+    with the local ``state_note`` tool and shown in every later prompt; tool chatter stays in the trace."""
+
+    __tablename__ = "conversation_state_notes"
+    __table_args__ = (
+        UniqueConstraint("org_id", "conversation_id"),
+        CheckConstraint(f"length(note) BETWEEN 1 AND {MAX_STATE_NOTE_CHARS}", name="note_length"),
+    )
+
+    conversation_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    note: Mapped[str]
+    # The run that wrote the note last (NULL once that run is deleted).
+    updated_by_run_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("ai_agent_runs.id", ondelete="SET NULL"), index=True
+    )
+
+
+# The runner's local tool that writes ``conversation_state_notes`` (services/runner/state.py); a version
+# grants it by name in ``tool_ids`` like a catalog tool, so the API accepts it there too.
+STATE_NOTE_TOOL = "state_note"

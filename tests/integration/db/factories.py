@@ -56,7 +56,7 @@ from switchboard.db.models import (
     WorkspaceTokenUsage,
 )
 from switchboard.db.models.brief import BriefFact, WorkspaceTodo
-from switchboard.db.models.memory import ConversationSummary, MemoryFact
+from switchboard.db.models.memory import ConversationStateNote, ConversationSummary, MemoryFact
 from switchboard.db.models.notifications import OrgNotification, OrgWebhook, RunDelivery
 
 Builder = Callable[[Session, uuid.UUID], Base]
@@ -325,6 +325,11 @@ def build_workspace_todos(session: Session, org_id: uuid.UUID) -> WorkspaceTodo:
     return WorkspaceTodo(org_id=org_id, text="Call the supplier", source="api", conversation_id=conversation.id)
 
 
+def build_conversation_state_notes(session: Session, org_id: uuid.UUID) -> ConversationStateNote:
+    conversation = create_conversation(session, org_id)
+    return ConversationStateNote(org_id=org_id, conversation_id=conversation.id, note="Wants the blue sofa.")
+
+
 def build_conversation_summaries(session: Session, org_id: uuid.UUID) -> ConversationSummary:
     conversation = create_conversation(session, org_id)
     return ConversationSummary(
@@ -416,6 +421,7 @@ ROW_BUILDERS: dict[str, Builder] = {
     "conversation_goals": build_conversation_goals,
     "agent_skills": build_agent_skills,
     "analysis_claims": build_analysis_claims,
+    "conversation_state_notes": build_conversation_state_notes,
 }
 
 

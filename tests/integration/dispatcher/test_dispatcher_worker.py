@@ -280,6 +280,26 @@ async def test_a_run_that_never_heartbeats_is_recovered_then_failed_as_process_l
         assert observer.run_requests[-1].attempt == 1
 
 
+async def test_a_run_no_runner_took_yet_holds_the_start_lease_not_the_lease(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    """docs/chaos.md finding 2: a run queued in a lagging runner is not re-dispatched after one lease."""
+    org = make_org()
+    await producer.send(Topics.PUBLISHED, publish_record(org, agent_snapshot(org, SESSION)))
+    await worker_factory(DISPATCHER_LEASE_S="1.5", DISPATCHER_START_LEASE_S="5", DISPATCHER_MAX_ATTEMPTS="2")
+    queued = lambda rr: Behavior(start=False)  # noqa: E731 - never acknowledges: stuck in a backlog
+    async with Observer(topics) as observer, StandInRunner(topics, behavior=queued):
+        await producer.send(Topics.DISPATCH_REQUESTED, dispatch_record(org, uuid.uuid4(), SESSION))
+        await observer.wait_for(lambda: len(observer.run_requests) == 2, timeout_s=30, what="the recovery")
+        first, recovery = sorted(observer.run_requests, key=lambda r: r.attempt)
+        waited = (recovery.occurred_at - first.occurred_at).total_seconds()
+        assert waited >= 5, f"recovered after {waited:.1f} s: the 1.5 s lease was applied, not the start lease"
+        assert recovery.parent_run_id == first.run_id
+
+
 # --------------------------------------------------------------------------- org rate limit
 
 

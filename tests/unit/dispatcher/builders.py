@@ -209,6 +209,7 @@ def context(
     over_budget: dict[uuid.UUID, str] | None = None,
     admission: Admission | None = None,
     config: PolicyConfig | None = None,
+    judge_leases_from: datetime | None = None,
 ) -> Context:
     return Context(
         now=now,
@@ -216,6 +217,7 @@ def context(
         budgets=BudgetView(over_budget or {}, now),
         admission=admission or Admission.unlimited(),
         config=config or PolicyConfig(lease_s=30.0, max_attempts=3, reply_interval_s=5.0),
+        judge_leases_from=judge_leases_from,
     )
 
 

@@ -43,7 +43,7 @@ from tests.unit.dispatcher.builders import (
     started,
 )
 
-FAST = PolicyConfig(lease_s=30.0, max_attempts=3, reply_interval_s=0.0)
+FAST = PolicyConfig(lease_s=30.0, start_lease_s=30.0, max_attempts=3, reply_interval_s=0.0)
 FIVE_S = PolicyConfig(lease_s=30.0, max_attempts=3, reply_interval_s=5.0)
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from services.dispatcher.processor import BatchProcessor, InEvent
 from switchboard.contracts import (
     CatalogRegistry,
     DispatchDecided,
+    DispatcherTick,
     DispatchOutcome,
     Record,
     Serde,
@@ -145,7 +147,10 @@ def event(record: Record, *, offset: int = 0, key: bytes | None = None, value: b
 
 
 def processor(
-    *, admission: FakeAdmission | None = None, config: PolicyConfig | None = None
+    *,
+    admission: FakeAdmission | None = None,
+    config: PolicyConfig | None = None,
+    clock: Callable[[], datetime] = lambda: T0,
 ) -> tuple[BatchProcessor, Log, FakeStore, FakeEmitter, FakeDeadLetters, FakeDue]:
     log = Log()
     store, emitter, letters, due = FakeStore(log), FakeEmitter(log), FakeDeadLetters(), FakeDue()
@@ -159,7 +164,7 @@ def processor(
         config=config or PolicyConfig(reply_interval_s=0),
         serde=SERDE,
         due=due,
-        clock=lambda: T0,
+        clock=clock,
     )
     return proc, log, store, emitter, letters, due
 
@@ -174,7 +179,7 @@ async def test_state_and_decisions_are_acknowledged_before_any_run_request_leave
     assert len(first_wave_acks) == 6  # 3 states + 3 decisions
     assert max(first_wave_acks) < first_run_request
     assert set(store.data) == {str(c).encode() for c in conversations}
-    assert all(due.due[str(c).encode()] == T0 + timedelta(seconds=30) for c in conversations)
+    assert all(due.due[str(c).encode()] == T0 + timedelta(seconds=120) for c in conversations)
 
 
 async def test_a_poison_record_is_dead_lettered_and_the_rest_is_processed() -> None:
@@ -246,3 +251,28 @@ async def test_a_batch_of_replays_writes_and_sends_nothing() -> None:
     proc._clock = lambda: T0 + timedelta(seconds=3)  # later: still nothing to write
     await proc.process([event(d, offset=5)])
     assert len(emitter.sent) == sent and len(log) == entries
+
+
+async def test_a_worker_reading_old_records_lets_a_lapsed_lease_wait_one_more_lease() -> None:
+    """docs/chaos.md finding 1: evidence may sit unread behind an old backlog; do not recover yet."""
+    now = [T0]
+    config = PolicyConfig(lease_s=30, start_lease_s=30, reply_interval_s=0)
+    proc, _, _, emitter, _, due = processor(config=config, clock=lambda: now[0])
+    first = dispatch()
+    key = str(first.conversation_id).encode()
+    await proc.process([event(first)])
+    assert due.due[key] == T0 + timedelta(seconds=30)
+    tick = DispatcherTick(org_id=ORG, conversation_id=first.conversation_id, due_at=T0, worker_id="t")
+
+    def produced(record: Record, at: datetime, offset: int) -> InEvent:
+        return dataclasses.replace(event(record, offset=offset), timestamp_ms=int(at.timestamp() * 1000))
+
+    now[0] = T0 + timedelta(seconds=40)  # the tick comes with a record produced 100 s ago
+    old = dispatch(conversation=uuid.uuid4())
+    await proc.process([produced(old, T0 - timedelta(seconds=60), 1), produced(tick, now[0], 2)])
+    assert len(emitter.records(Topics.RUN_REQUESTED)) == 2, "no recovery while catching up"
+    assert due.due[key] == T0 + timedelta(seconds=70)
+    now[0] = T0 + timedelta(seconds=71)  # caught up (fresh input) and the wait is over
+    await proc.process([produced(tick, now[0], 3)])
+    recovered = emitter.records(Topics.RUN_REQUESTED)[-1]
+    assert len(emitter.records(Topics.RUN_REQUESTED)) == 3 and recovered.attempt == 2
