@@ -145,12 +145,8 @@ async def propose_and_approve(stage: Stage) -> ScenarioResult:
 
 
 async def _delivery(stage: Stage, name: str, run: dict[str, Any], text: str, result: ScenarioResult) -> None:
-    """The approved message: recorded once, and received by the customer at most once.
-
-    Delivery of an approved send is not built yet (the notifier sends a run's queued messages
-    when it handles that run's ``run_completed``, which came before the approval): then the
-    step says so — "not yet available" — and shows the recorded, undelivered message instead.
-    """
+    """The approved message: recorded once, and received by the customer exactly once (the
+    approval republishes the Home item as actioned; the notifier then sends what it queued)."""
 
     async def copies_received() -> list[dict[str, Any]]:
         return [r for r in await received(stage, result.chat_id) if r.get("text") == text]
@@ -173,19 +169,12 @@ async def _delivery(stage: Stage, name: str, run: dict[str, Any], text: str, res
     )
     for copy in copies:
         stage.report.reply(result.chat_id, str(copy.get("text")))
-    if len(copies) == 1:
-        stage.report.expect(name, "the customer received the approved message exactly once", True)
-    elif not copies and stage.channel is not None:
-        stage.report.skip(
-            name,
-            "the customer receives the approved message once",
-            "delivery of an approved send — it is recorded (delivery_status pending, no delivery claim) but the"
-            " notifier only sends a run's queued messages on that run's run_completed, which preceded the approval",
-        )
-    else:
-        stage.report.expect(
-            name, "the customer received the approved message exactly once", False, f"received {len(copies)} copies"
-        )
+    stage.report.expect(
+        name,
+        "the customer received the approved message exactly once",
+        len(copies) == 1,
+        f"received {len(copies)} copies",
+    )
 
 
 async def slash_todo(stage: Stage, chat_id: str, conversation_id: str | None) -> ScenarioResult:
@@ -257,9 +246,20 @@ async def home_digest(
     name = "home digest"
     stage.report.section("7. the Home digest")
 
+    decided = {d["id"]: d["status"] for d in await _get_data(stage, "/api/v1/decisions", limit=200)}
+
+    def stale_items(digest: dict[str, Any]) -> list[dict[str, Any]]:
+        """Proposals still on the to-do list although the owner decided them."""
+        return [
+            i
+            for i in todo_items(digest, "proposed_action")
+            if decided.get(i.get("action_id"), "proposed") != "proposed"
+        ]
+
     def complete(digest: dict[str, Any]) -> bool:
         listed = todo_text is None or any(i.get("text") == todo_text for i in todo_items(digest, "todo"))
-        return _pulse(digest, "runs") >= runs_played and _pulse(digest, "handoffs") >= handoffs_played and listed
+        counted = _pulse(digest, "runs") >= runs_played and _pulse(digest, "handoffs") >= handoffs_played
+        return counted and listed and not stale_items(digest)
 
     digest = await digest_until(stage, complete, stage.timeout_s / 2)
     pulse = digest.get("pulse") or {}
@@ -270,10 +270,7 @@ async def home_digest(
     )
     for item in digest.get("done") or []:
         stage.report.kv("done", item.get("text") or item)
-    decided = {d["id"]: d["status"] for d in await _get_data(stage, "/api/v1/decisions", limit=200)}
-    stale = [
-        i for i in todo_items(digest, "proposed_action") if decided.get(i.get("action_id"), "proposed") != "proposed"
-    ]
+    stale = stale_items(digest)
     for item in digest.get("todo") or []:
         note = f" — already {decided[item['action_id']]}" if item in stale else ""
         stage.report.kv("to-do", _todo_line(item) + note)
@@ -286,13 +283,12 @@ async def home_digest(
         _pulse(digest, "runs") >= runs_played and _pulse(digest, "handoffs") >= handoffs_played,
         f"pulse {pulse}",
     )
-    if stale:
-        stage.report.skip(
-            name,
-            "a decided proposal leaves the to-do list",
-            "refreshing the stored digest on a decision — the brief drops a decided proposal only when it next"
-            " recomposes the day (on its next record for the org); an approval sends it none",
-        )
+    stage.report.expect(
+        name,
+        "a decided proposal leaves the to-do list",
+        not stale,
+        f"still listed: {[i.get('action_id') for i in stale]}",
+    )
     if todo_text is not None:
         stage.report.expect(
             name,
