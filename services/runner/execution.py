@@ -525,7 +525,9 @@ class RunExecutor:
             if classification.status is RunStatus.COMPLETED
             and outcome.final_text
             and subject.conversation
-            and not is_internal_chat(subject.conversation.chat_id)
+            # An internal conversation has nobody to send to; a dry run still shows where its reply
+            # would go (it is never sent: the notifier skips dry runs).
+            and (subject.request.dry_run or not is_internal_chat(subject.conversation.chat_id))
             else None
         )
         finish = Finish(
