@@ -29,10 +29,12 @@ SnapshotFn = Callable[[AiAgent, AiAgentVersion], AgentVersionSnapshot | None]
 
 
 def lock_agent(session: Session, org_id: uuid.UUID, agent_id: uuid.UUID) -> AiAgent | None:
-    """The agent row locked ``FOR NO KEY UPDATE`` until commit, re-read from the database.
+    """The agent row locked until commit, re-read from the database (never a stale identity-map copy).
 
-    Same lock as the API takes for every agent write, so a budget pause and a publish
-    of the same agent serialize.
+    The one lock every agent write takes (the API's publish/pause/edit and the brief's budget
+    pause), so they serialize. ``FOR NO KEY UPDATE``, not ``FOR UPDATE``: it excludes every
+    other writer of the agent but not the ``FOR KEY SHARE`` that inserting a run (a foreign key
+    to the agent) takes, so a publish never holds up the dispatcher recording runs.
     """
     return session.scalars(
         select(AiAgent)
@@ -40,6 +42,30 @@ def lock_agent(session: Session, org_id: uuid.UUID, agent_id: uuid.UUID) -> AiAg
         .with_for_update(key_share=True)
         .execution_options(populate_existing=True)
     ).one_or_none()
+
+
+def supersede_published(
+    session: Session, org_id: uuid.UUID, agent_id: uuid.UUID, *, at: datetime, keep: uuid.UUID | None = None
+) -> list[uuid.UUID]:
+    """Every ``published`` version of the agent (but ``keep``) -> ``superseded``; returns their ids.
+
+    Set-based rather than "the pointer's version": it also heals a row left
+    ``published`` by any other writer, so the one-published-per-agent index holds.
+    """
+    query = (
+        update(AiAgentVersion)
+        .where(
+            AiAgentVersion.org_id == org_id,
+            AiAgentVersion.agent_id == agent_id,
+            AiAgentVersion.status == AgentVersionStatus.PUBLISHED.value,
+        )
+        .values(status=AgentVersionStatus.SUPERSEDED.value, superseded_at=at, updated_at=at)
+        .returning(AiAgentVersion.id)
+        .execution_options(synchronize_session="fetch")
+    )
+    if keep is not None:
+        query = query.where(AiAgentVersion.id != keep)
+    return list(session.scalars(query))
 
 
 def _clock_now(session: Session) -> datetime:
@@ -69,16 +95,7 @@ def pause_agent(
     if previous is None:
         raise ValueError("only a published agent can be paused")
     now = _clock_now(session)
-    session.execute(
-        update(AiAgentVersion)
-        .where(
-            AiAgentVersion.org_id == agent.org_id,
-            AiAgentVersion.agent_id == agent.id,
-            AiAgentVersion.status == AgentVersionStatus.PUBLISHED.value,
-        )
-        .values(status=AgentVersionStatus.SUPERSEDED.value, superseded_at=now, updated_at=now)
-        .execution_options(synchronize_session="fetch")
-    )
+    supersede_published(session, agent.org_id, agent.id, at=now)
     agent.published_version_id = None
     agent.paused_at = now
     agent.pause_reason = reason.value

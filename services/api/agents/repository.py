@@ -2,7 +2,7 @@
 
 Every query filters by ``org_id`` in code as well as through row-level security.
 Writers of an agent or of any of its versions first take the agent row with
-``lock_agent`` (``SELECT ... FOR NO KEY UPDATE``): that one lock serializes publish,
+``switchboard.db.agent_lifecycle.lock_agent`` (``SELECT ... FOR NO KEY UPDATE``): that one lock serializes publish,
 pause, archive, save and draft edits of the same agent, so version numbers never
 collide, a draft cannot change while it is being published, and the outbox rows
 of one agent (the ``published`` key) follow commit order.
@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select, tuple_, update
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import Session
 
 from services.api.agents.schemas import AgentStatus
@@ -36,21 +36,6 @@ def clock_now(session: Session) -> datetime:
 
 def agent(session: Session, org_id: uuid.UUID, agent_id: uuid.UUID) -> AiAgent | None:
     return session.scalars(select(AiAgent).where(AiAgent.org_id == org_id, AiAgent.id == agent_id)).one_or_none()
-
-
-def lock_agent(session: Session, org_id: uuid.UUID, agent_id: uuid.UUID) -> AiAgent | None:
-    """The agent row, locked until commit, re-read from the database (never a stale identity-map copy).
-
-    ``FOR NO KEY UPDATE``, not ``FOR UPDATE``: it excludes every other writer of the agent
-    but not the ``FOR KEY SHARE`` that inserting a run (a foreign key to the agent) takes,
-    so a publish never holds up the dispatcher recording runs.
-    """
-    return session.scalars(
-        select(AiAgent)
-        .where(AiAgent.org_id == org_id, AiAgent.id == agent_id)
-        .with_for_update(key_share=True)
-        .execution_options(populate_existing=True)
-    ).one_or_none()
 
 
 def agents(
@@ -170,30 +155,6 @@ def next_version_number(session: Session, org_id: uuid.UUID, agent_id: uuid.UUID
         )
     ).scalar_one()
     return int(current or 0) + 1
-
-
-def supersede_published(
-    session: Session, org_id: uuid.UUID, agent_id: uuid.UUID, *, at: datetime, keep: uuid.UUID | None = None
-) -> list[uuid.UUID]:
-    """Every ``published`` version of the agent (but ``keep``) -> ``superseded``; returns their ids.
-
-    Set-based rather than "the pointer's version": it also heals a row left
-    ``published`` by any other writer, so the one-published-per-agent index holds.
-    """
-    query = (
-        update(AiAgentVersion)
-        .where(
-            AiAgentVersion.org_id == org_id,
-            AiAgentVersion.agent_id == agent_id,
-            AiAgentVersion.status == AgentVersionStatus.PUBLISHED.value,
-        )
-        .values(status=AgentVersionStatus.SUPERSEDED.value, superseded_at=at, updated_at=at)
-        .returning(AiAgentVersion.id)
-        .execution_options(synchronize_session="fetch")
-    )
-    if keep is not None:
-        query = query.where(AiAgentVersion.id != keep)
-    return list(session.scalars(query))
 
 
 def catalog_model(session: Session, provider: str, model: str) -> AiModel | None:

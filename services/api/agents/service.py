@@ -3,7 +3,7 @@ publish switches the answering version atomically, pause and archive stop an age
 
 Functions take a sync ``Session`` whose transaction the request owns and never
 commit. Every write to an agent or its versions starts by locking the agent row
-(``repository.lock_agent``); see the repository docstring for why one lock is
+(``switchboard.db.agent_lifecycle.lock_agent``); see the repository docstring for why one lock is
 enough. Changes the dispatcher must learn about (publish, pause, archive, and a
 rename or re-prioritization of a live agent) are written to the outbox as a
 ``published`` record in the same transaction.
@@ -366,7 +366,7 @@ def merge(current: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any
 
 def _live_agent(session: Session, org_id: uuid.UUID, agent_id: uuid.UUID) -> AiAgent:
     """The locked agent, refusing archived ones (they keep history but change no more)."""
-    agent = repository.lock_agent(session, org_id, agent_id)
+    agent = agent_lifecycle.lock_agent(session, org_id, agent_id)
     if agent is None:
         raise NotFound("No such agent")
     if agent.archived_at is not None:
@@ -549,14 +549,14 @@ def archive_agent(
     request_id: str | None,
 ) -> None:
     """Soft delete: the agent stops answering and keeps its versions and runs for history."""
-    agent = repository.lock_agent(session, org_id, agent_id)
+    agent = agent_lifecycle.lock_agent(session, org_id, agent_id)
     if agent is None:
         raise NotFound("No such agent")
     if agent.archived_at is not None:
         raise Conflict("The agent is already archived", details={"reason": "agent_archived"})
     now = repository.clock_now(session)
     previous = agent.published_version_id
-    repository.supersede_published(session, org_id, agent.id, at=now)
+    agent_lifecycle.supersede_published(session, org_id, agent.id, at=now)
     agent.published_version_id = None
     agent.archived_at = now
     session.flush()
@@ -714,7 +714,7 @@ def publish_version(
     now = repository.clock_now(session)
     previous = agent.published_version_id
     # Superseded first (and flushed), so the one-published-per-agent index never sees two.
-    repository.supersede_published(session, org_id, agent.id, at=now, keep=version.id)
+    agent_lifecycle.supersede_published(session, org_id, agent.id, at=now, keep=version.id)
     version.status = AgentVersionStatus.PUBLISHED.value
     version.published_at = now
     version.superseded_at = None
