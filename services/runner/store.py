@@ -448,18 +448,7 @@ class RunStore:
         usage = outcome.usage
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             await self._lock_conversation(session, request)
-            if finish.trace_tail:
-                await session.execute(
-                    text(
-                        "UPDATE ai_agent_runs SET tool_calls = tool_calls || CAST(:entries AS jsonb)"
-                        " WHERE org_id = :org AND id = :run"
-                    ),
-                    {
-                        "entries": json.dumps(list(finish.trace_tail), default=str, ensure_ascii=False),
-                        "org": request.org_id,
-                        "run": request.run_id,
-                    },
-                )
+            await _append_trace_tail(session, request, finish.trace_tail)
             closed = await session.scalar(
                 update(AiAgentRun)
                 .where(
@@ -546,18 +535,7 @@ class RunStore:
         request = subject.request
         outcome, cls = finish.outcome, finish.classification
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
-            if finish.trace_tail:
-                await session.execute(
-                    text(
-                        "UPDATE ai_agent_runs SET tool_calls = tool_calls || CAST(:entries AS jsonb)"
-                        " WHERE org_id = :org AND id = :run"
-                    ),
-                    {
-                        "entries": json.dumps(list(finish.trace_tail), default=str, ensure_ascii=False),
-                        "org": request.org_id,
-                        "run": request.run_id,
-                    },
-                )
+            await _append_trace_tail(session, request, finish.trace_tail)
             await session.execute(
                 update(AiAgentRun)
                 .where(
@@ -755,4 +733,21 @@ def run_completed(subject: RunSubject, finish: Finish) -> RunCompleted:
         dry_run=request.dry_run,
         started_at=finish.started_at,
         completed_at=finish.completed_at,
+    )
+
+
+async def _append_trace_tail(session: AsyncSession, request: RunRequested, entries: Sequence[dict[str, Any]]) -> None:
+    """The last trace entries (those written at the very end of a run), in the closing transaction."""
+    if not entries:
+        return
+    await session.execute(
+        text(
+            "UPDATE ai_agent_runs SET tool_calls = tool_calls || CAST(:entries AS jsonb)"
+            " WHERE org_id = :org AND id = :run"
+        ),
+        {
+            "entries": json.dumps(list(entries), default=str, ensure_ascii=False),
+            "org": request.org_id,
+            "run": request.run_id,
+        },
     )
