@@ -1,8 +1,10 @@
 """Budgets after the fact [002 "I budget, a posteriori"]: after each non-dry run, compare the
 agent's month-to-date spend with its effective cap and record what it crossed.
 
-- The spend is ``agent_usage_monthly`` (the runner adds each run to it in its finish
-  transaction; the brief only reads it, never counts a run twice).
+- The spend is the agent's month in ``agent_usage_monthly`` plus its ledger entries not
+  folded yet (``switchboard.db.usage.agent_month_totals``): the runner appends each run's
+  usage in its finish transaction, so the run this record announces is always counted,
+  and the brief only reads, never counting a run twice.
 - The effective cap: the agent's enabled budget policy (cost and/or token limit, its
   ``soft_threshold_pct``), else the agent's own ``monthly_budget_micros`` with the default
   80 % threshold. No limit (NULL) means unlimited.
@@ -41,11 +43,10 @@ from switchboard.db.enums import (
 )
 from switchboard.db.insights import upsert_insight
 from switchboard.db.models.agents import AiAgent
-from switchboard.db.models.autonomy import AgentUsageMonthly
 from switchboard.db.models.budgets import BudgetIncident, BudgetPolicy
 from switchboard.db.models.runs import AiAgentRun
 from switchboard.db.outbox import enqueue_record
-from switchboard.db.usage import month_start
+from switchboard.db.usage import agent_month_totals, month_start
 
 DEFAULT_SOFT_PCT = 80
 BUDGET_AREA = "cross"
@@ -119,11 +120,7 @@ def evaluate_run(session: Session, serde: Serde, record: RunCompleted, tz: ZoneI
     """Record the incident this run's completion crossed, if new; returns its ``insights`` record."""
     org_id, agent_id = record.org_id, record.agent_id
     month = month_start(record.completed_at)
-    usage = session.scalars(
-        select(AgentUsageMonthly).where(
-            AgentUsageMonthly.org_id == org_id, AgentUsageMonthly.agent_id == agent_id, AgentUsageMonthly.month == month
-        )
-    ).one_or_none()
+    usage = agent_month_totals(session, org_id, month, agent_id=agent_id).get(agent_id)
     agent = session.scalars(select(AiAgent).where(AiAgent.org_id == org_id, AiAgent.id == agent_id)).one_or_none()
     if usage is None or agent is None:
         return None

@@ -21,6 +21,8 @@ log = get_logger(__name__)
 
 SERVICE = "brief"
 TOPICS = (Topics.RUN_COMPLETED, Topics.HANDOFF_TRIGGERED, Topics.INSIGHTS)
+# A fetch is answered when it holds this much or BRIEF_BATCH_WAIT_MS passed, whichever is first.
+FILL_BYTES = 1_048_576
 
 
 class Brief:
@@ -55,6 +57,7 @@ class Brief:
             dead_letters=DeadLetterPublisher(producer, service=SERVICE, consumer_group=settings.group_id),
             serde=serde,
             max_batch=settings.max_batch,
+            consumer_options={"fetch_max_wait_ms": settings.batch_wait_ms, "fetch_min_bytes": FILL_BYTES},
         )
         task = asyncio.create_task(self._consumer.run(stop), name="brief-consumer")
         self._started.set()

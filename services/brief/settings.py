@@ -16,4 +16,8 @@ class BriefSettings(ServiceSettings):
     group_id: str = "switchboard-brief"
     # Records handed to one transaction per org at most (one partition batch).
     max_batch: int = Field(default=200, ge=1, le=5_000)
+    # How long the broker may hold a fetch to fill it: every batch recomposes its days' digests
+    # from all their facts, so under load fewer, larger batches cost far less than one per record;
+    # the digest is for a person reading the Home, a fraction of a second later is no loss.
+    batch_wait_ms: int = Field(default=500, ge=0, le=5_000)
     db_pool_size: int = Field(default=5, ge=1)

@@ -6,7 +6,8 @@ Tasks of a running process:
   letters, commits) whose handler only hands runs to the supervisor, with the
   supervisor as its flow control (back-pressure);
 - one task per run in flight (``services.runner.execution``);
-- the steering listener, the heartbeater and the run-event publisher.
+- the steering listener, the heartbeater, the run-event publisher and the usage fold
+  (``services.runner.usage_fold``).
 
 Stopping (SIGTERM): the consumer stops and commits, in-flight runs finish or
 are handed back (``services.runner.runtime``), then the background tasks, the
@@ -37,6 +38,7 @@ from services.runner.store import RunStore
 from services.runner.summary import ThreadSummarizer
 from services.runner.tools import ToolCatalog
 from services.runner.turns import TurnPlanner
+from services.runner.usage_fold import UsageFolder
 from services.runner.wake import FollowupLinker, with_followup_context
 from switchboard.contracts import Serde, Topics
 from switchboard.crypto import KeyRing
@@ -157,6 +159,9 @@ class Runner:
             asyncio.create_task(publisher.run(background_stop), name="run-events"),
             asyncio.create_task(self._steering.run(background_stop), name="steering"),
             asyncio.create_task(heartbeater.run(background_stop), name="heartbeats"),
+            asyncio.create_task(
+                UsageFolder(engine, interval_s=settings.usage_fold_s).run(background_stop), name="usage-fold"
+            ),
         ]
         consumer_task = asyncio.create_task(self._consumer.run(stop), name="run-requested")
         self._started.set()

@@ -59,6 +59,8 @@ class RunnerSettings(ServiceSettings):
     openai_api_key: SecretStr | None = None
     google_api_key: SecretStr | None = None
 
+    # How often the usage ledger is folded into the monthly counters (readers add what is not folded).
+    usage_fold_s: float = Field(default=1.0, gt=0, le=300)
     # Connections to PostgreSQL; a one-step run uses four short transactions.
     db_pool_size: int = Field(default=20, ge=1)
     event_queue_size: int = Field(default=50_000, ge=100)

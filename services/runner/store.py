@@ -60,7 +60,7 @@ from switchboard.db.models import (
 )
 from switchboard.db.outbox import enqueue_record
 from switchboard.db.session import async_tenant_transaction
-from switchboard.db.usage import add_agent_usage, add_token_usage
+from switchboard.db.usage import record_usage
 
 _ACTIVE = [s.value for s in ACTIVE_RUN_STATUSES]
 PRICE_CACHE_S = 300.0
@@ -524,8 +524,7 @@ class RunStore:
             )
             if outcome.abort_reason == CLASSIFICATION_MISMATCH and not request.dry_run:
                 await self._redispatch(session, request)
-            # Last: the org's and agent's monthly rows are shared by every run of the org, so their
-            # row locks are held only from here to the commit.
+            # The usage ledger: an append, no lock shared with the org's other runs (fold_usage).
             await session.run_sync(_add_usage, request, usage, outcome.cost_micros, finish.completed_at)
         return True
 
@@ -664,10 +663,12 @@ class RunStore:
 
     @staticmethod
     async def _lock_conversation(session: AsyncSession, request: RunRequested) -> None:
+        """``FOR NO KEY UPDATE``: serializes the conversation's outbox writers (the webhook's upsert
+        takes the same lock) without blocking the foreign-key checks of rows that reference it."""
         await session.execute(
             select(Conversation.id)
             .where(Conversation.org_id == request.org_id, Conversation.id == request.conversation_id)
-            .with_for_update()
+            .with_for_update(key_share=True)
         )
 
 
@@ -687,8 +688,7 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _add_usage(session: Session, request: RunRequested, usage: TokenUsage, cost: int, at: datetime) -> None:
-    add_token_usage(session, request.org_id, at, usage.all_input, usage.output_tokens, cost)
-    add_agent_usage(session, request.org_id, request.agent_id, at, usage.all_input, usage.output_tokens, cost)
+    record_usage(session, request.org_id, request.agent_id, at, usage.all_input, usage.output_tokens, cost)
 
 
 def run_completed(subject: RunSubject, finish: Finish) -> RunCompleted:

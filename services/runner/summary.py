@@ -54,7 +54,7 @@ from services.runner.subject import HistoryItem, RunSubject
 from switchboard.db.models import Conversation, Message
 from switchboard.db.models.memory import ConversationSummary
 from switchboard.db.session import async_tenant_transaction
-from switchboard.db.usage import add_token_usage
+from switchboard.db.usage import record_usage
 from switchboard.observability.logging import get_logger
 
 log = get_logger(__name__)
@@ -279,8 +279,8 @@ class ThreadSummarizer:
             )
             if usage.total:
                 await session.run_sync(
-                    lambda s: add_token_usage(
-                        s, request.org_id, _now(), usage.all_input, usage.output_tokens, cost, runs=0
+                    lambda s: record_usage(
+                        s, request.org_id, None, _now(), usage.all_input, usage.output_tokens, cost, runs=0
                     )
                 )
         log.info(

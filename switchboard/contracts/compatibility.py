@@ -49,12 +49,18 @@ __all__ = [
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 NAMED = frozenset({"record", "error", "enum", "fixed"})
 # (writer type, reader type) pairs the reader may promote.
-PROMOTIONS = frozenset({
-    ("int", "long"), ("int", "float"), ("int", "double"),
-    ("long", "float"), ("long", "double"),
-    ("float", "double"),
-    ("string", "bytes"), ("bytes", "string"),
-})
+PROMOTIONS = frozenset(
+    {
+        ("int", "long"),
+        ("int", "float"),
+        ("int", "double"),
+        ("long", "float"),
+        ("long", "double"),
+        ("float", "double"),
+        ("string", "bytes"),
+        ("bytes", "string"),
+    }
+)
 
 SchemaJson = dict[str, Any] | list[Any] | str
 
@@ -201,8 +207,9 @@ class _Checker:
             for branch in w.schema:
                 wb = _resolve(branch, w.namespace, self.wnames)
                 if r.kind != "union" and not self.matches(wb, r):
-                    self.fail(f"{path}<{wb.label}>", f"the old union branch {wb.label} cannot "
-                                                     f"be read as the new {r.label}")
+                    self.fail(
+                        f"{path}<{wb.label}>", f"the old union branch {wb.label} cannot be read as the new {r.label}"
+                    )
                     continue
                 self.check(wb, r, f"{path}<{wb.label}>")
             return
@@ -210,40 +217,45 @@ class _Checker:
             branches = [_resolve(b, r.namespace, self.rnames) for b in r.schema]
             chosen = next((b for b in branches if self.matches(w, b)), None)
             if chosen is None:
-                self.fail(path, f"the new union [{', '.join(b.label for b in branches)}] has no "
-                                f"branch that can read the old {w.label}")
+                self.fail(
+                    path,
+                    f"the new union [{', '.join(b.label for b in branches)}] has no "
+                    f"branch that can read the old {w.label}",
+                )
                 return
             self.check(w, chosen, path)
             return
         if w.kind in PRIMITIVES and r.kind in PRIMITIVES:
             if w.kind != r.kind and (w.kind, r.kind) not in PROMOTIONS:
-                self.fail(path, f"type changed from {w.kind} to {r.kind}, which is not an "
-                                "allowed promotion")
+                self.fail(path, f"type changed from {w.kind} to {r.kind}, which is not an allowed promotion")
             return
         if w.kind != r.kind:
             self.fail(path, f"type changed from {w.label} to {r.label}")
             return
         if w.kind in ("record", "enum", "fixed") and _short(w.fullname) not in _aliases(r):
-            self.fail(path, f"{w.kind} name changed from {_short(w.fullname)} to "
-                            f"{_short(r.fullname)} without an alias")
+            self.fail(path, f"{w.kind} name changed from {_short(w.fullname)} to {_short(r.fullname)} without an alias")
             return
         if w.kind == "record":
             self.check_record(w, r, path)
         elif w.kind == "enum":
             missing = [s for s in w.schema["symbols"] if s not in r.schema["symbols"]]
             if missing and "default" not in r.schema:
-                self.fail(path, f"enum symbols {missing} were removed and the new enum has no "
-                                "default to read them as")
+                self.fail(path, f"enum symbols {missing} were removed and the new enum has no default to read them as")
         elif w.kind == "fixed":
             if w.schema["size"] != r.schema["size"]:
-                self.fail(path, f"fixed size changed from {w.schema['size']} to "
-                                f"{r.schema['size']}")
+                self.fail(path, f"fixed size changed from {w.schema['size']} to {r.schema['size']}")
         elif w.kind == "array":
-            self.check(_resolve(w.schema["items"], w.namespace, self.wnames),
-                       _resolve(r.schema["items"], r.namespace, self.rnames), f"{path}[]")
+            self.check(
+                _resolve(w.schema["items"], w.namespace, self.wnames),
+                _resolve(r.schema["items"], r.namespace, self.rnames),
+                f"{path}[]",
+            )
         elif w.kind == "map":
-            self.check(_resolve(w.schema["values"], w.namespace, self.wnames),
-                       _resolve(r.schema["values"], r.namespace, self.rnames), f"{path}{{}}")
+            self.check(
+                _resolve(w.schema["values"], w.namespace, self.wnames),
+                _resolve(r.schema["values"], r.namespace, self.rnames),
+                f"{path}{{}}",
+            )
 
     def check_record(self, w: _Node, r: _Node, path: str) -> None:
         key = (w.fullname, r.fullname)
@@ -258,11 +270,16 @@ class _Checker:
                 wf = next((writer_fields[n] for n in candidates if n in writer_fields), None)
                 if wf is None:
                     if "default" not in rf:
-                        self.fail(fpath, "field added without a default: records written "
-                                         "with the old schema have no value for it")
+                        self.fail(
+                            fpath,
+                            "field added without a default: records written with the old schema have no value for it",
+                        )
                     continue
-                self.check(_resolve(wf["type"], w.namespace, self.wnames),
-                           _resolve(rf["type"], r.namespace, self.rnames), fpath)
+                self.check(
+                    _resolve(wf["type"], w.namespace, self.wnames),
+                    _resolve(rf["type"], r.namespace, self.rnames),
+                    fpath,
+                )
         finally:
             self._visiting.discard(key)
 
@@ -286,8 +303,7 @@ def _default_problems(schema: SchemaJson, names: _Names) -> list[Incompatibility
         elif node.kind == "enum":
             default = node.schema.get("default")
             if default is not None and default not in node.schema["symbols"]:
-                problems.append(Incompatibility(path, f"enum default {default!r} is not one of "
-                                                      "its symbols"))
+                problems.append(Incompatibility(path, f"enum default {default!r} is not one of its symbols"))
         elif node.kind == "record" and node.fullname not in done:
             done.add(node.fullname)
             for fld in node.schema["fields"]:
@@ -297,9 +313,13 @@ def _default_problems(schema: SchemaJson, names: _Names) -> list[Incompatibility
                     target = ftype
                     if ftype.kind == "union":
                         target = _resolve(ftype.schema[0], ftype.namespace, names)
-                    problems.append(Incompatibility(
-                        fpath, f"default {fld['default']!r} is not a valid {target.label} "
-                               "(a union's default must match its first branch)"))
+                    problems.append(
+                        Incompatibility(
+                            fpath,
+                            f"default {fld['default']!r} is not a valid {target.label} "
+                            "(a union's default must match its first branch)",
+                        )
+                    )
                 visit(ftype, fpath)
 
     root = _resolve(schema, "", names)
@@ -317,8 +337,7 @@ def _valid_default(value: Any, node: _Node, names: _Names) -> bool:
         return isinstance(value, bool)
     if kind in ("int", "long"):
         bits = 31 if kind == "int" else 63
-        return (isinstance(value, int) and not isinstance(value, bool)
-                and -(2**bits) <= value < 2**bits)
+        return isinstance(value, int) and not isinstance(value, bool) and -(2**bits) <= value < 2**bits
     if kind in ("float", "double"):
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind in ("string", "bytes", "fixed"):
@@ -330,8 +349,7 @@ def _valid_default(value: Any, node: _Node, names: _Names) -> bool:
         return isinstance(value, list) and all(_valid_default(v, items, names) for v in value)
     if kind == "map":
         values = _resolve(node.schema["values"], node.namespace, names)
-        return isinstance(value, dict) and all(_valid_default(v, values, names)
-                                               for v in value.values())
+        return isinstance(value, dict) and all(_valid_default(v, values, names) for v in value.values())
     if kind == "record":
         if not isinstance(value, dict):
             return False
@@ -367,8 +385,7 @@ def _sample(node: _Node, names: _Names, variant: int, depth: int) -> Any:
         branches = [_resolve(b, node.namespace, names) for b in node.schema]
         if depth > 6 and any(b.kind == "null" for b in branches):
             return None
-        return _sample(branches[variant % len(branches)], names, variant // len(branches) + 1,
-                       depth + 1)
+        return _sample(branches[variant % len(branches)], names, variant // len(branches) + 1, depth + 1)
     if kind == "null":
         return None
     if kind == "boolean":
@@ -413,9 +430,10 @@ def _sample(node: _Node, names: _Names, variant: int, depth: int) -> Any:
         count = 0 if depth > 6 else variant % 3
         return {f"k{i}": _sample(values, names, variant + i, depth + 1) for i in range(count)}
     if kind == "record":
-        return {fld["name"]: _sample(_resolve(fld["type"], node.namespace, names), names,
-                                     variant + i, depth + 1)
-                for i, fld in enumerate(node.schema["fields"])}
+        return {
+            fld["name"]: _sample(_resolve(fld["type"], node.namespace, names), names, variant + i, depth + 1)
+            for i, fld in enumerate(node.schema["fields"])
+        }
     raise ValueError(f"cannot build a sample for {node.label}")
 
 
@@ -442,8 +460,7 @@ def _variant_count(schema: SchemaJson) -> int:
     return widest * 3
 
 
-def verify_by_samples(old: SchemaJson, new: SchemaJson, *,
-                      count: int | None = None) -> list[Incompatibility]:
+def verify_by_samples(old: SchemaJson, new: SchemaJson, *, count: int | None = None) -> list[Incompatibility]:
     """Write sample records with ``old`` and read them with ``new`` through fastavro."""
     old_parsed, new_parsed = parse(old), parse(new)  # type: ignore[arg-type]
     problems: list[Incompatibility] = []
@@ -453,16 +470,21 @@ def verify_by_samples(old: SchemaJson, new: SchemaJson, *,
         try:
             schemaless_writer(buffer, old_parsed, datum)
         except Exception as exc:
-            problems.append(Incompatibility("<sample>", f"sample {variant} could not be written "
-                                                        f"with the old schema: {exc}"))
+            problems.append(
+                Incompatibility("<sample>", f"sample {variant} could not be written with the old schema: {exc}")
+            )
             continue
         buffer.seek(0)
         try:
             schemaless_reader(buffer, old_parsed, new_parsed)
         except Exception as exc:
-            problems.append(Incompatibility(
-                "<sample>", f"sample {variant} written with the old schema does not decode with "
-                            f"the new one: {type(exc).__name__}: {exc}"))
+            problems.append(
+                Incompatibility(
+                    "<sample>",
+                    f"sample {variant} written with the old schema does not decode with "
+                    f"the new one: {type(exc).__name__}: {exc}",
+                )
+            )
     return problems
 
 
@@ -476,8 +498,7 @@ def _load(schema: SchemaJson) -> SchemaJson:
     return schema
 
 
-def check_backward(old: SchemaJson, new: SchemaJson, *,
-                   verify: bool = True) -> list[Incompatibility]:
+def check_backward(old: SchemaJson, new: SchemaJson, *, verify: bool = True) -> list[Incompatibility]:
     """Reasons readers with ``new`` cannot read data written with ``old``; empty when they can.
 
     Accepts schemas as JSON objects or JSON text. With ``verify`` (the default) a schema the
@@ -495,24 +516,25 @@ def check_backward(old: SchemaJson, new: SchemaJson, *,
         _collect(new, "", rnames)
         root = _resolve(new, "", rnames)
         checker = _Checker(wnames, rnames)
-        checker.check(_resolve(old, "", wnames), root,
-                      _short(root.fullname) if root.fullname else "<root>")
+        checker.check(_resolve(old, "", wnames), root, _short(root.fullname) if root.fullname else "<root>")
         problems = checker.problems + _default_problems(new, rnames)
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         # fastavro accepts some malformed schemas (a record without "fields"...).
         return [Incompatibility("<schema>", f"malformed schema: {type(exc).__name__}: {exc}")]
     if not problems and verify:
-        problems = [Incompatibility(p.path, f"{p.message} (the structural check missed this)")
-                    for p in verify_by_samples(old, new)]
+        problems = [
+            Incompatibility(p.path, f"{p.message} (the structural check missed this)")
+            for p in verify_by_samples(old, new)
+        ]
     return problems
 
 
-def check_backward_transitive(released: Iterable[SchemaJson], new: SchemaJson, *,
-                              labels: Sequence[str] | None = None) -> list[Incompatibility]:
+def check_backward_transitive(
+    released: Iterable[SchemaJson], new: SchemaJson, *, labels: Sequence[str] | None = None
+) -> list[Incompatibility]:
     """:func:`check_backward` against every released version (topics keep old records)."""
     problems: list[Incompatibility] = []
     for index, old in enumerate(released):
         label = labels[index] if labels is not None else f"v{index + 1}"
-        problems.extend(Incompatibility(f"{label} -> new: {p.path}", p.message)
-                        for p in check_backward(old, new))
+        problems.extend(Incompatibility(f"{label} -> new: {p.path}", p.message) for p in check_backward(old, new))
     return problems

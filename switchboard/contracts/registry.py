@@ -62,8 +62,7 @@ class CatalogEntry:
     sha256: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "id": self.schema_id, "path": self.path,
-                "sha256": self.sha256}
+        return {"version": self.version, "id": self.schema_id, "path": self.path, "sha256": self.sha256}
 
 
 class CatalogRegistry:
@@ -117,8 +116,7 @@ class CatalogRegistry:
                     schema = load_schema_file(self.directory / entry.path)
                     self._schemas[schema_id] = schema
                     return schema
-        raise ContractError(ContractErrorCode.UNKNOWN_SCHEMA_ID,
-                            f"schema id {schema_id} is not in {self.catalog_path}")
+        raise ContractError(ContractErrorCode.UNKNOWN_SCHEMA_ID, f"schema id {schema_id} is not in {self.catalog_path}")
 
 
 def read_catalog(path: Path) -> dict[str, tuple[CatalogEntry, ...]]:
@@ -129,8 +127,13 @@ def read_catalog(path: Path) -> dict[str, tuple[CatalogEntry, ...]]:
     seen_ids: set[int] = set()
     for subject, versions in data["subjects"].items():
         parsed = tuple(
-            CatalogEntry(subject=subject, version=int(v["version"]), schema_id=int(v["id"]),
-                         path=str(v["path"]), sha256=str(v["sha256"]))
+            CatalogEntry(
+                subject=subject,
+                version=int(v["version"]),
+                schema_id=int(v["id"]),
+                path=str(v["path"]),
+                sha256=str(v["sha256"]),
+            )
             for v in versions
         )
         for entry in parsed:
@@ -149,8 +152,7 @@ def write_catalog(path: Path, entries: dict[str, tuple[CatalogEntry, ...]]) -> N
             "global and never reused. Maintained by `python -m switchboard.contracts.release`; "
             "see docs/contracts.md."
         ),
-        "subjects": {subject: [e.to_json() for e in versions]
-                     for subject, versions in entries.items()},
+        "subjects": {subject: [e.to_json() for e in versions] for subject, versions in entries.items()},
     }
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
@@ -170,8 +172,9 @@ class ConfluentRegistryClient:
     (e.g. by CI) and is only looked up, which is what production registries usually allow.
     """
 
-    def __init__(self, url: str, *, client: httpx.Client | None = None,
-                 timeout_s: float = 5.0, auto_register: bool = True) -> None:
+    def __init__(
+        self, url: str, *, client: httpx.Client | None = None, timeout_s: float = 5.0, auto_register: bool = True
+    ) -> None:
         self.url = url.rstrip("/")
         self.auto_register = auto_register
         self._client = client or httpx.Client(timeout=timeout_s)
@@ -189,12 +192,14 @@ class ConfluentRegistryClient:
         path = f"/subjects/{subject}/versions" if self.auto_register else f"/subjects/{subject}"
         response = self._request("POST", path, body={"schema": text})
         if response.status_code == 404:
-            raise ContractError(ContractErrorCode.UNKNOWN_SCHEMA,
-                                f"the schema is not registered under subject {subject}")
+            raise ContractError(
+                ContractErrorCode.UNKNOWN_SCHEMA, f"the schema is not registered under subject {subject}"
+            )
         if response.status_code == 409:
-            raise ContractError(ContractErrorCode.SCHEMA_MISMATCH,
-                                f"the registry refused the schema of {subject} as incompatible: "
-                                f"{_error_message(response)}")
+            raise ContractError(
+                ContractErrorCode.SCHEMA_MISMATCH,
+                f"the registry refused the schema of {subject} as incompatible: {_error_message(response)}",
+            )
         schema_id = int(self._json(response)["id"])
         self._ids[(subject, text)] = schema_id
         self._schemas.setdefault(schema_id, schema)
@@ -206,17 +211,18 @@ class ConfluentRegistryClient:
             return cached
         response = self._request("GET", f"/schemas/ids/{schema_id}")
         if response.status_code == 404:
-            raise ContractError(ContractErrorCode.UNKNOWN_SCHEMA_ID,
-                                f"schema id {schema_id} is not in the registry")
+            raise ContractError(ContractErrorCode.UNKNOWN_SCHEMA_ID, f"schema id {schema_id} is not in the registry")
         body = self._json(response)
         schema_type = body.get("schemaType", "AVRO")
         if schema_type != "AVRO":
-            raise ContractError(ContractErrorCode.SCHEMA_MISMATCH,
-                                f"schema id {schema_id} is a {schema_type} schema, not Avro")
+            raise ContractError(
+                ContractErrorCode.SCHEMA_MISMATCH, f"schema id {schema_id} is a {schema_type} schema, not Avro"
+            )
         schema = json.loads(body["schema"])
         if not isinstance(schema, dict):
-            raise ContractError(ContractErrorCode.SCHEMA_MISMATCH,
-                                f"schema id {schema_id} is not an Avro record schema")
+            raise ContractError(
+                ContractErrorCode.SCHEMA_MISMATCH, f"schema id {schema_id} is not an Avro record schema"
+            )
         self._schemas[schema_id] = schema
         return schema
 
@@ -227,20 +233,23 @@ class ConfluentRegistryClient:
 
     def _request(self, method: str, path: str, body: Any = None) -> httpx.Response:
         try:
-            response = self._client.request(method, f"{self.url}{path}", json=body,
-                                            headers={"Accept": _CONTENT_TYPE,
-                                                     "Content-Type": _CONTENT_TYPE})
+            response = self._client.request(
+                method, f"{self.url}{path}", json=body, headers={"Accept": _CONTENT_TYPE, "Content-Type": _CONTENT_TYPE}
+            )
         except httpx.HTTPError as exc:
-            raise ContractError(ContractErrorCode.REGISTRY_UNAVAILABLE,
-                                f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+            raise ContractError(
+                ContractErrorCode.REGISTRY_UNAVAILABLE, f"{method} {path}: {type(exc).__name__}: {exc}"
+            ) from exc
         if response.status_code >= 500:
-            raise ContractError(ContractErrorCode.REGISTRY_UNAVAILABLE,
-                                f"{method} {path}: HTTP {response.status_code} "
-                                f"{_error_message(response)}")
+            raise ContractError(
+                ContractErrorCode.REGISTRY_UNAVAILABLE,
+                f"{method} {path}: HTTP {response.status_code} {_error_message(response)}",
+            )
         if response.status_code >= 400 and response.status_code not in (404, 409):
-            raise ContractError(ContractErrorCode.REGISTRY_ERROR,
-                                f"{method} {path}: HTTP {response.status_code} "
-                                f"{_error_message(response)}")
+            raise ContractError(
+                ContractErrorCode.REGISTRY_ERROR,
+                f"{method} {path}: HTTP {response.status_code} {_error_message(response)}",
+            )
         return response
 
     @staticmethod
@@ -248,11 +257,11 @@ class ConfluentRegistryClient:
         try:
             body = response.json()
         except ValueError as exc:
-            raise ContractError(ContractErrorCode.REGISTRY_ERROR,
-                                f"the registry answered with invalid JSON: {exc}") from exc
+            raise ContractError(
+                ContractErrorCode.REGISTRY_ERROR, f"the registry answered with invalid JSON: {exc}"
+            ) from exc
         if not isinstance(body, dict):
-            raise ContractError(ContractErrorCode.REGISTRY_ERROR,
-                                "the registry answered with an unexpected JSON shape")
+            raise ContractError(ContractErrorCode.REGISTRY_ERROR, "the registry answered with an unexpected JSON shape")
         return body
 
 
@@ -266,8 +275,7 @@ def _error_message(response: httpx.Response) -> str:
     return str(body)[:200]
 
 
-def registry_from_settings(settings: KafkaSettings, *,
-                           directory: Path | None = None) -> SchemaRegistry:
+def registry_from_settings(settings: KafkaSettings, *, directory: Path | None = None) -> SchemaRegistry:
     """The registry the settings ask for: HTTP when a URL is set, else the catalog."""
     if settings.schema_registry_url:
         return ConfluentRegistryClient(settings.schema_registry_url)

@@ -44,8 +44,7 @@ class ReleasePlan:
         return bool(self.problems)
 
 
-def plan_release(topic: TopicSpec[Record],
-                 directory: Path | None = None) -> ReleasePlan:
+def plan_release(topic: TopicSpec[Record], directory: Path | None = None) -> ReleasePlan:
     """Compare a topic's current schema with its released versions."""
     directory = directory or schemas_dir()
     catalog_path = directory / CATALOG_FILE
@@ -55,14 +54,12 @@ def plan_release(topic: TopicSpec[Record],
     if any(e.sha256 == fingerprint(current) for e in versions):
         return ReleasePlan(topic.name, None, ())
     released = [load_schema_file(directory / e.path) for e in versions]
-    problems = check_backward_transitive(released, current,
-                                         labels=[f"v{e.version}" for e in versions])
+    problems = check_backward_transitive(released, current, labels=[f"v{e.version}" for e in versions])
     next_version = max((e.version for e in versions), default=0) + 1
     return ReleasePlan(topic.name, next_version, tuple(problems))
 
 
-def release(topics: list[TopicSpec[Record]],
-            directory: Path | None = None) -> list[ReleasePlan]:
+def release(topics: list[TopicSpec[Record]], directory: Path | None = None) -> list[ReleasePlan]:
     """Release every given topic whose schema changed; refuses all if any is blocked."""
     directory = directory or schemas_dir()
     plans = [plan_release(t, directory) for t in topics]
@@ -78,14 +75,17 @@ def release(topics: list[TopicSpec[Record]],
         target = directory / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(topic.schema_path(directory), target)
-        entry = CatalogEntry(subject=topic.subject, version=plan.next_version,
-                             schema_id=next_id, path=relative,
-                             sha256=fingerprint(load_schema_file(target)))
+        entry = CatalogEntry(
+            subject=topic.subject,
+            version=plan.next_version,
+            schema_id=next_id,
+            path=relative,
+            sha256=fingerprint(load_schema_file(target)),
+        )
         entries[topic.subject] = (*entries.get(topic.subject, ()), entry)
         next_id += 1
     order = [t.subject for t in all_topics()]
-    ordered = {s: entries[s] for s in sorted(entries, key=lambda s: (
-        order.index(s) if s in order else len(order), s))}
+    ordered = {s: entries[s] for s in sorted(entries, key=lambda s: (order.index(s) if s in order else len(order), s))}
     write_catalog(catalog_path, ordered)
     return plans
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="report only, change nothing")
     args = parser.parse_args(argv)
     topics = [topic_named(n) for n in args.topics] if args.topics else list(all_topics())
-    plans = ([plan_release(t) for t in topics] if args.check else release(topics))
+    plans = [plan_release(t) for t in topics] if args.check else release(topics)
     blocked = False
     for plan in plans:
         if plan.blocked:

@@ -56,14 +56,17 @@ def frame(schema_id: int, body: bytes) -> bytes:
 def unframe(data: bytes | None) -> tuple[int, bytes]:
     """Split a framed value into (schema id, Avro body), checking the header."""
     if not data:
-        raise ContractError(ContractErrorCode.TRUNCATED_FRAME,
-                            "the value is empty (a tombstone, or not an Avro record)")
+        raise ContractError(
+            ContractErrorCode.TRUNCATED_FRAME, "the value is empty (a tombstone, or not an Avro record)"
+        )
     if data[0] != MAGIC_BYTE:
-        raise ContractError(ContractErrorCode.BAD_MAGIC_BYTE,
-                            f"first byte is {data[0]:#04x}, expected 0x00 (Confluent wire format)")
+        raise ContractError(
+            ContractErrorCode.BAD_MAGIC_BYTE, f"first byte is {data[0]:#04x}, expected 0x00 (Confluent wire format)"
+        )
     if len(data) < HEADER_SIZE:
-        raise ContractError(ContractErrorCode.TRUNCATED_FRAME,
-                            f"the value has {len(data)} bytes, fewer than the 5-byte header")
+        raise ContractError(
+            ContractErrorCode.TRUNCATED_FRAME, f"the value has {len(data)} bytes, fewer than the 5-byte header"
+        )
     _, schema_id = _HEADER.unpack_from(data)
     return schema_id, bytes(data[HEADER_SIZE:])
 
@@ -130,11 +133,9 @@ class Serde:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, settings: KafkaSettings, *,
-                      schemas_directory: Path | None = None) -> Serde:
+    def from_settings(cls, settings: KafkaSettings, *, schemas_directory: Path | None = None) -> Serde:
         """The catalog without a registry URL, the HTTP registry with one."""
-        return cls(registry_from_settings(settings, directory=schemas_directory),
-                   schemas_directory=schemas_directory)
+        return cls(registry_from_settings(settings, directory=schemas_directory), schemas_directory=schemas_directory)
 
     # -- schemas
 
@@ -166,9 +167,10 @@ class Serde:
     def encode(self, topic: TopicSpec[R], record: R) -> bytes:
         """The framed Avro value of ``record`` on ``topic``."""
         if type(record) is not topic.record_type:
-            raise ContractError(ContractErrorCode.INVALID_RECORD,
-                                f"topic {topic.name} carries {topic.record_type.__name__}, "
-                                f"not {type(record).__name__}")
+            raise ContractError(
+                ContractErrorCode.INVALID_RECORD,
+                f"topic {topic.name} carries {topic.record_type.__name__}, not {type(record).__name__}",
+            )
         _, parsed = self.current_schema(topic)
         schema_id = self.schema_id(topic)
         buffer = io.BytesIO()
@@ -178,9 +180,10 @@ class Serde:
             # them to plain strings and lists first cost a quarter of the encode time.
             schemaless_writer(buffer, parsed, record.model_dump())
         except Exception as exc:
-            raise ContractError(ContractErrorCode.INVALID_RECORD,
-                                f"{topic.name}: the record does not fit its schema: "
-                                f"{type(exc).__name__}: {exc}") from exc
+            raise ContractError(
+                ContractErrorCode.INVALID_RECORD,
+                f"{topic.name}: the record does not fit its schema: {type(exc).__name__}: {exc}",
+            ) from exc
         return frame(schema_id, buffer.getvalue())
 
     def decode(self, topic: TopicSpec[R], data: bytes | None) -> R:
@@ -193,29 +196,35 @@ class Serde:
         schema_id, body = unframe(data)
         plan = self._plan(topic, schema_id)
         if plan.problems:
-            raise ContractError(ContractErrorCode.SCHEMA_MISMATCH,
-                                f"{topic.name}: schema id {schema_id} cannot be read with the "
-                                f"current schema: {'; '.join(plan.problems[:3])}")
+            raise ContractError(
+                ContractErrorCode.SCHEMA_MISMATCH,
+                f"{topic.name}: schema id {schema_id} cannot be read with the "
+                f"current schema: {'; '.join(plan.problems[:3])}",
+            )
         buffer = io.BytesIO(body)
         try:
             datum = schemaless_reader(buffer, plan.writer, plan.reader)
         except Exception as exc:
-            code = (ContractErrorCode.SCHEMA_MISMATCH
-                    if type(exc).__name__ == "SchemaResolutionError"
-                    else ContractErrorCode.UNDECODABLE_BODY)
-            raise ContractError(code, f"{topic.name}: schema id {schema_id}: "
-                                      f"{type(exc).__name__}: {exc}") from exc
+            code = (
+                ContractErrorCode.SCHEMA_MISMATCH
+                if type(exc).__name__ == "SchemaResolutionError"
+                else ContractErrorCode.UNDECODABLE_BODY
+            )
+            raise ContractError(code, f"{topic.name}: schema id {schema_id}: {type(exc).__name__}: {exc}") from exc
         if buffer.tell() != len(body):
-            raise ContractError(ContractErrorCode.UNDECODABLE_BODY,
-                                f"{topic.name}: schema id {schema_id}: "
-                                f"{len(body) - buffer.tell()} trailing bytes after the record")
+            raise ContractError(
+                ContractErrorCode.UNDECODABLE_BODY,
+                f"{topic.name}: schema id {schema_id}: {len(body) - buffer.tell()} trailing bytes after the record",
+            )
         try:
             return topic.record_type.model_validate(datum)
         except ValidationError as exc:
-            raise ContractError(ContractErrorCode.INVALID_RECORD,
-                                f"{topic.name}: decoded record breaks its contract: "
-                                f"{exc.error_count()} error(s), first: "
-                                f"{exc.errors()[0]['loc']} {exc.errors()[0]['msg']}") from exc
+            raise ContractError(
+                ContractErrorCode.INVALID_RECORD,
+                f"{topic.name}: decoded record breaks its contract: "
+                f"{exc.error_count()} error(s), first: "
+                f"{exc.errors()[0]['loc']} {exc.errors()[0]['msg']}",
+            ) from exc
 
     def _plan(self, topic: TopicSpec[Any], schema_id: int) -> _WriterPlan:
         plan = self._plans.get((topic.name, schema_id))
@@ -231,10 +240,8 @@ class Serde:
             if canonical_json(writer_schema) == canonical_json(reader_schema):
                 plan = _WriterPlan(writer_parsed, None, ())
             else:
-                problems = tuple(str(p) for p in check_backward(writer_schema, reader_schema,
-                                                                verify=False))
+                problems = tuple(str(p) for p in check_backward(writer_schema, reader_schema, verify=False))
                 plan = _WriterPlan(writer_parsed, reader_parsed, problems)
         with self._lock:
             self._plans[(topic.name, schema_id)] = plan
         return plan
-

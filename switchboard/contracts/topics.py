@@ -74,11 +74,11 @@ class TopicSpec(Generic[R]):
 
     def __post_init__(self) -> None:
         if (self.scope is Scope.CONVERSATION) != (self.partitions is None):
-            raise ValueError(f"{self.name}: conversation-scoped topics, and only they, "
-                             "take their partition count from the settings")
+            raise ValueError(
+                f"{self.name}: conversation-scoped topics, and only they, take their partition count from the settings"
+            )
         if self.key_field not in self.record_type.model_fields:
-            raise ValueError(f"{self.name}: key field {self.key_field!r} is not a field of "
-                             f"{self.record_type.__name__}")
+            raise ValueError(f"{self.name}: key field {self.key_field!r} is not a field of {self.record_type.__name__}")
 
     @property
     def subject(self) -> str:
@@ -304,4 +304,4 @@ def topic_for_physical_name(name: str, settings: KafkaSettings) -> TopicSpec[Rec
     prefix = settings.topic_prefix
     if not name.startswith(prefix):
         return None
-    return _BY_NAME.get(name[len(prefix):])
+    return _BY_NAME.get(name[len(prefix) :])

@@ -24,18 +24,18 @@ from switchboard.db.session import (
     tenant_transaction,
 )
 from switchboard.db.tenancy import GLOBAL_TABLES, TENANT_TABLES
-from switchboard.db.usage import add_token_usage
+from switchboard.db.usage import record_usage
 
 __all__ = [
     "GLOBAL_TABLES",
     "TENANT_TABLES",
     "Base",
-    "add_token_usage",
     "async_tenant_transaction",
     "create_async_engine",
     "create_async_sessionmaker",
     "create_engine",
     "create_sessionmaker",
+    "record_usage",
     "tenant_transaction",
     "upsert_insight",
 ]

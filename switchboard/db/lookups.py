@@ -31,6 +31,8 @@ LOOKUP_FUNCTIONS: tuple[str, ...] = (
     # The dispatcher's cross-org questions (revision 0008).
     "list_orgs_over_budget",
     "admit_org_runs",
+    # The usage ledger's fold (revision 0019).
+    "fold_usage_entries",
 )
 
 

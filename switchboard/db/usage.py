@@ -1,9 +1,12 @@
-"""Monthly usage counters, incremented atomically.
+"""Monthly usage: runs append to a ledger, a fold moves it into the counters.
 
-Several runners finish runs of the same org at the same moment; a
-read-modify-write would lose increments. One ``INSERT ... ON CONFLICT DO
-UPDATE SET x = x + excluded.x`` is a single atomic statement instead: the
-first run of the month creates the row, every other one adds to it.
+A run's finish transaction appends one ``usage_entries`` row (``record_usage``): an
+insert, so the runs of an org never queue on a shared row. ``fold_usage`` (every runner,
+every ``RUNNER_USAGE_FOLD_S``) moves entries into ``workspace_token_usage`` and
+``agent_usage_monthly`` with one atomic ``INSERT ... ON CONFLICT DO UPDATE SET x = x +
+excluded.x`` per counter row, so concurrent folds lose no increment and count no entry
+twice. Readers (``month_totals``, ``agent_month_totals``) add the entries not folded
+yet, in the same statement (one snapshot), so a figure never lags the runs recorded.
 """
 
 from __future__ import annotations
@@ -11,13 +14,15 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import cast
+from typing import Final
 
-from sqlalchemy import Table, func
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import bindparam, text
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from switchboard.db.models.autonomy import AgentUsageMonthly, WorkspaceTokenUsage
+# Entries folded per org and call: bounds one fold's transaction under a backlog.
+FOLD_BATCH: Final = 5000
 
 
 def month_start(moment: date | datetime | None = None) -> date:
@@ -33,7 +38,7 @@ def month_start(moment: date | datetime | None = None) -> date:
 
 @dataclass(frozen=True, slots=True)
 class UsageTotals:
-    """The counters of a month after an increment."""
+    """A month's counters."""
 
     input_tokens: int
     output_tokens: int
@@ -47,81 +52,97 @@ def _check(**values: int) -> None:
             raise ValueError(f"{name} must be >= 0, got {value}")
 
 
-def _increment(
-    session: Session,
-    entity: type[WorkspaceTokenUsage] | type[AgentUsageMonthly],
-    key: dict[str, object],
-    *,
-    input_tokens: int,
-    output_tokens: int,
-    cost: int,
-    runs: int,
-) -> UsageTotals:
-    _check(input_tokens=input_tokens, output_tokens=output_tokens, cost=cost, runs=runs)
-    counters = {
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "cost_micros": cost,
-        "run_count": runs,
-    }
-    table = cast(Table, entity.__table__)
-    columns = table.c
-    insert_stmt = insert(entity).values(**key, **counters)
-    upsert = insert_stmt.on_conflict_do_update(
-        index_elements=list(table.primary_key.columns),
-        set_={
-            **{name: columns[name] + insert_stmt.excluded[name] for name in counters},
-            "updated_at": func.now(),
-        },
-    ).returning(*(columns[name] for name in counters))
-    row = session.execute(upsert).one()
-    return UsageTotals(*row)
+_RECORD = text(
+    "INSERT INTO usage_entries (org_id, agent_id, month, input_tokens, output_tokens, cost_micros, run_count)"
+    " VALUES (:org_id, :agent_id, :month, :input_tokens, :output_tokens, :cost, :runs)"
+).bindparams(bindparam("org_id", type_=PG_UUID(as_uuid=True)), bindparam("agent_id", type_=PG_UUID(as_uuid=True)))
 
 
-def add_token_usage(
+def record_usage(
     session: Session,
     org_id: uuid.UUID,
-    month: date | datetime,
+    agent_id: uuid.UUID | None,
+    at: date | datetime,
     input_tokens: int,
     output_tokens: int,
     cost: int,
     *,
     runs: int = 1,
-) -> UsageTotals:
-    """Add a run's usage to the org's month (``cost`` in micro-USD) and return the new totals.
+) -> None:
+    """Append usage (``cost`` in micro-USD) to the ledger, in the caller's transaction.
 
-    Runs in the caller's transaction, which must be scoped to ``org_id``
-    (row-level security checks the inserted row).
+    ``agent_id`` None: usage of the org only (a thread summary), outside any agent's budget.
+    The caller's transaction must be scoped to ``org_id`` (row-level security).
     """
-    return _increment(
-        session,
-        WorkspaceTokenUsage,
-        {"org_id": org_id, "month": month_start(month)},
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        cost=cost,
-        runs=runs,
+    _check(input_tokens=input_tokens, output_tokens=output_tokens, cost=cost, runs=runs)
+    session.execute(
+        _RECORD,
+        {
+            "org_id": org_id,
+            "agent_id": agent_id,
+            "month": month_start(at),
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cost": cost,
+            "runs": runs,
+        },
     )
 
 
-def add_agent_usage(
-    session: Session,
-    org_id: uuid.UUID,
-    agent_id: uuid.UUID,
-    month: date | datetime,
-    input_tokens: int,
-    output_tokens: int,
-    cost: int,
-    *,
-    runs: int = 1,
-) -> UsageTotals:
-    """Same as ``add_token_usage`` for one agent: the figure agent budgets are checked against."""
-    return _increment(
-        session,
-        AgentUsageMonthly,
-        {"org_id": org_id, "agent_id": agent_id, "month": month_start(month)},
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        cost=cost,
-        runs=runs,
-    )
+def fold_usage(connection: Connection | Session, *, limit: int = FOLD_BATCH) -> int:
+    """Fold up to ``limit`` entries per org into the monthly counters; returns how many were folded.
+
+    Needs no tenant: ``fold_usage_entries`` is a SECURITY DEFINER function that scopes itself
+    org by org. Run it in a transaction of its own, the caller commits.
+    """
+    folded = connection.scalar(text("SELECT fold_usage_entries(:limit)"), {"limit": limit})
+    return int(folded or 0)
+
+
+_COUNTERS = ("input_tokens", "output_tokens", "cost_micros", "run_count")
+_SUMS = ", ".join(f"sum({c})::bigint AS {c}" for c in _COUNTERS)
+
+# One statement: the counters and the entries are read in one snapshot, so an entry being
+# folded concurrently is counted once, either in the counters or still in the ledger.
+_MONTH_TOTALS = text(
+    f"""
+WITH counted AS (
+    SELECT {", ".join(_COUNTERS)} FROM workspace_token_usage WHERE org_id = :org_id AND month = :month
+    UNION ALL
+    SELECT {", ".join(_COUNTERS)} FROM usage_entries WHERE org_id = :org_id AND month = :month
+)
+SELECT count(*) AS found, {_SUMS} FROM counted
+"""
+).bindparams(bindparam("org_id", type_=PG_UUID(as_uuid=True)))
+
+_AGENT_TOTALS = text(
+    f"""
+WITH counted AS (
+    SELECT agent_id, {", ".join(_COUNTERS)} FROM agent_usage_monthly
+    WHERE org_id = :org_id AND month = :month AND (CAST(:agent_id AS uuid) IS NULL OR agent_id = :agent_id)
+    UNION ALL
+    SELECT agent_id, {", ".join(_COUNTERS)} FROM usage_entries
+    WHERE org_id = :org_id AND month = :month AND agent_id IS NOT NULL
+      AND (CAST(:agent_id AS uuid) IS NULL OR agent_id = :agent_id)
+)
+SELECT agent_id, {_SUMS} FROM counted GROUP BY agent_id
+"""
+).bindparams(bindparam("org_id", type_=PG_UUID(as_uuid=True)), bindparam("agent_id", type_=PG_UUID(as_uuid=True)))
+
+
+def month_totals(session: Session, org_id: uuid.UUID, month: date | datetime) -> UsageTotals | None:
+    """The org's usage of the month (folded and not yet folded); None when it has none."""
+    row = session.execute(_MONTH_TOTALS, {"org_id": org_id, "month": month_start(month)}).one()
+    if not row.found:
+        return None
+    return UsageTotals(row.input_tokens, row.output_tokens, row.cost_micros, row.run_count)
+
+
+def agent_month_totals(
+    session: Session, org_id: uuid.UUID, month: date | datetime, *, agent_id: uuid.UUID | None = None
+) -> dict[uuid.UUID, UsageTotals]:
+    """Per agent of the org (or only ``agent_id``), its usage of the month (folded and not yet folded)."""
+    rows = session.execute(_AGENT_TOTALS, {"org_id": org_id, "month": month_start(month), "agent_id": agent_id})
+    return {
+        row.agent_id: UsageTotals(row.input_tokens, row.output_tokens, row.cost_micros, row.run_count) for row in rows
+    }

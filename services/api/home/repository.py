@@ -9,9 +9,10 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from switchboard.db.models.agents import AiAgent
-from switchboard.db.models.autonomy import AgentUsageMonthly, WorkspaceDailyBrief, WorkspaceTokenUsage
+from switchboard.db.models.autonomy import WorkspaceDailyBrief
 from switchboard.db.models.budgets import BudgetIncident
 from switchboard.db.models.channels import Conversation
+from switchboard.db.usage import UsageTotals, agent_month_totals, month_totals
 
 
 def daily_brief(session: Session, org_id: uuid.UUID, day: date) -> WorkspaceDailyBrief | None:
@@ -26,19 +27,26 @@ def conversation_exists(session: Session, org_id: uuid.UUID, conversation_id: uu
     return found is not None
 
 
-def org_usage(session: Session, org_id: uuid.UUID, month: date) -> WorkspaceTokenUsage | None:
-    return session.get(WorkspaceTokenUsage, (org_id, month))
+def org_usage(session: Session, org_id: uuid.UUID, month: date) -> UsageTotals | None:
+    """The month's counters plus the usage not folded into them yet (``switchboard.db.usage``)."""
+    return month_totals(session, org_id, month)
 
 
-def agent_usage(session: Session, org_id: uuid.UUID, month: date) -> list[tuple[AgentUsageMonthly, str | None]]:
+def agent_usage(session: Session, org_id: uuid.UUID, month: date) -> list[tuple[uuid.UUID, UsageTotals, str | None]]:
     """Per agent, highest spend first."""
-    rows = session.execute(
-        select(AgentUsageMonthly, AiAgent.name)
-        .outerjoin(AiAgent, (AiAgent.id == AgentUsageMonthly.agent_id) & (AiAgent.org_id == AgentUsageMonthly.org_id))
-        .where(AgentUsageMonthly.org_id == org_id, AgentUsageMonthly.month == month)
-        .order_by(AgentUsageMonthly.cost_micros.desc(), AgentUsageMonthly.agent_id)
+    totals = agent_month_totals(session, org_id, month)
+    names = (
+        dict(
+            session.execute(
+                select(AiAgent.id, AiAgent.name).where(AiAgent.org_id == org_id, AiAgent.id.in_(list(totals)))
+            )
+            .all()
+        )
+        if totals
+        else {}
     )
-    return [(usage, name) for usage, name in rows]
+    ranked = sorted(totals.items(), key=lambda item: (-item[1].cost_micros, str(item[0])))
+    return [(agent_id, usage, names.get(agent_id)) for agent_id, usage in ranked]
 
 
 def budget_incidents(

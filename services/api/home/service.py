@@ -67,13 +67,13 @@ def usage(session: Session, org_id: uuid.UUID, month: date) -> UsageView:
     figures = UsageFigures() if org is None else UsageFigures.model_validate(org, from_attributes=True)
     agents = [
         AgentUsage(
-            agent_id=row.agent_id,
+            agent_id=agent_id,
             agent_name=name,
             input_tokens=row.input_tokens,
             output_tokens=row.output_tokens,
             cost_micros=row.cost_micros,
             run_count=row.run_count,
         )
-        for row, name in repository.agent_usage(session, org_id, month)
+        for agent_id, row, name in repository.agent_usage(session, org_id, month)
     ]
     return UsageView(month=f"{month:%Y-%m}", organization=figures, agents=agents)

@@ -8,6 +8,7 @@ from switchboard.db.models.audit import AuditLogEntry
 from switchboard.db.models.autonomy import (
     AgentDecision,
     AgentUsageMonthly,
+    UsageEntry,
     WorkspaceAutonomy,
     WorkspaceDailyBrief,
     WorkspaceHomePrefs,
@@ -61,6 +62,7 @@ __all__ = [
     "OutboxEvent",
     "RunDelivery",
     "ScheduledFollowup",
+    "UsageEntry",
     "User",
     "WorkspaceAutonomy",
     "WorkspaceDailyBrief",

@@ -41,9 +41,10 @@ _FIRST_OF_MONTH = "month = date_trunc('month', month)::date"
 
 
 class WorkspaceTokenUsage(OrgScoped, Base):
-    """Tokens and spend of an org per calendar month; incremented atomically after each run.
+    """Tokens and spend of an org per calendar month, folded from ``usage_entries``.
 
-    ``month`` is the first day of the month (UTC). Use ``switchboard.db.usage.add_token_usage``.
+    ``month`` is the first day of the month (UTC). Read it with ``switchboard.db.usage.month_totals``
+    (which adds the entries not folded yet).
     """
 
     __tablename__ = "workspace_token_usage"
@@ -78,6 +79,34 @@ class AgentUsageMonthly(OrgScoped, Base):
     cost_micros: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     run_count: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     updated_at: Mapped[datetime] = mapped_column(server_default=text("now()"))
+
+
+class UsageEntry(OrgScoped, Base):
+    """One run's (or summary's) usage, waiting to be folded into the monthly counters.
+
+    Appending here instead of incrementing ``workspace_token_usage`` and
+    ``agent_usage_monthly`` inside the run's own transaction keeps every run of
+    an org from queueing on the same two rows (docs/database.md "Usage ledger").
+    ``fold_usage_entries()`` moves entries into the counters; readers add the
+    entries not folded yet (``switchboard.db.usage``).
+    """
+
+    __tablename__ = "usage_entries"
+    __table_args__ = (
+        CheckConstraint(_FIRST_OF_MONTH, name="month_first_day"),
+        *check_non_negative("input_tokens", "output_tokens", "cost_micros", "run_count"),
+        Index(None, "org_id", "month"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    # NULL: usage that belongs to the org only (a thread summary), not to an agent's budget.
+    agent_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("ai_agents.id", ondelete="CASCADE"), index=True)
+    month: Mapped[date] = mapped_column(Date)
+    input_tokens: Mapped[int] = mapped_column(BigInteger)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    cost_micros: Mapped[int] = mapped_column(BigInteger)
+    run_count: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(server_default=text("now()"))
 
 
 class AgentDecision(UUIDPrimaryKey, OrgScoped, Timestamps, Base):

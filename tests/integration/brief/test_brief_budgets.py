@@ -18,7 +18,7 @@ from switchboard.db.models.autonomy import WorkspaceInsight
 from switchboard.db.models.brief import BriefFact
 from switchboard.db.models.budgets import BudgetIncident
 from switchboard.db.models.outbox import OutboxEvent
-from switchboard.db.usage import add_agent_usage
+from switchboard.db.usage import record_usage
 from switchboard.kafka.producer import RecordProducer
 from switchboard.settings import KafkaSettings
 from tests.integration.brief.scene import Scene, make_scene, run_completed, running_brief, stored_digest, wait_for
@@ -32,9 +32,10 @@ CAP = 1_000_000  # the agent's own monthly figure: $1.00
 
 
 def _spend(scene: Scene, cost: int) -> None:
-    """What the runner does in its finish transaction (the brief only reads it)."""
+    """What the runner does in its finish transaction (the brief only reads it). Left unfolded on
+    purpose: the brief must count the ledger entries a runner has not folded yet."""
     with tenant_session(scene.org) as session:
-        add_agent_usage(session, scene.org_id, scene.agent_id, MONTH, 1000, 100, cost)
+        record_usage(session, scene.org_id, scene.agent_id, MONTH, 1000, 100, cost)
 
 
 def _incidents(scene: Scene) -> list[tuple[str, str]]:

@@ -14,7 +14,7 @@ from switchboard.db.daily_brief import org_today
 from switchboard.db.enums import Role
 from switchboard.db.models.autonomy import WorkspaceDailyBrief
 from switchboard.db.models.budgets import BudgetIncident
-from switchboard.db.usage import add_agent_usage, add_token_usage
+from switchboard.db.usage import fold_usage, record_usage
 from tests.integration.brief.scene import Scene, make_scene
 from tests.support.agents import tenant_session
 from tests.support.stack import StackEndpoints
@@ -88,10 +88,10 @@ async def test_todos_show_in_todays_digest_until_done(
 
 async def test_usage_per_org_and_agent(client: httpx.AsyncClient, scene: Scene) -> None:
     with tenant_session(scene.org) as session:
-        for tokens_in, tokens_out, cost in ((1000, 200, 30_000), (500, 100, 12_000)):
-            add_token_usage(session, scene.org_id, date(2026, 9, 3), tokens_in, tokens_out, cost)
-            add_agent_usage(session, scene.org_id, scene.agent_id, date(2026, 9, 3), tokens_in, tokens_out, cost)
-        add_token_usage(session, scene.org_id, date(2026, 8, 3), 1, 1, 1)
+        record_usage(session, scene.org_id, scene.agent_id, date(2026, 9, 3), 1000, 200, 30_000)
+        fold_usage(session)  # this one into the counters; the next one stays in the ledger
+        record_usage(session, scene.org_id, scene.agent_id, date(2026, 9, 3), 500, 100, 12_000)
+        record_usage(session, scene.org_id, None, date(2026, 8, 3), 1, 1, 1)
     got = await client.get("/api/v1/usage", params={"month": "2026-09"}, headers=_viewer(scene))
     assert got.status_code == 200, got.text
     assert got.json()["data"] == {

@@ -48,6 +48,7 @@ from switchboard.db.models import (
     Message,
     Organization,
     ScheduledFollowup,
+    UsageEntry,
     User,
     WorkspaceAutonomy,
     WorkspaceDailyBrief,
@@ -211,6 +212,19 @@ def build_workspace_token_usage(session: Session, org_id: uuid.UUID) -> Workspac
 def build_agent_usage_monthly(session: Session, org_id: uuid.UUID) -> AgentUsageMonthly:
     agent = create_agent(session, org_id)
     return AgentUsageMonthly(org_id=org_id, agent_id=agent.id, month=date(2026, 1, 1), input_tokens=1)
+
+
+def build_usage_entries(session: Session, org_id: uuid.UUID) -> UsageEntry:
+    agent = create_agent(session, org_id)
+    return UsageEntry(
+        org_id=org_id,
+        agent_id=agent.id,
+        month=date(2026, 1, 1),
+        input_tokens=3,
+        output_tokens=2,
+        cost_micros=1,
+        run_count=1,
+    )
 
 
 def build_agent_decisions(session: Session, org_id: uuid.UUID) -> AgentDecision:
@@ -401,6 +415,7 @@ ROW_BUILDERS: dict[str, Builder] = {
     "dispatch_decisions": build_dispatch_decisions,
     "workspace_token_usage": build_workspace_token_usage,
     "agent_usage_monthly": build_agent_usage_monthly,
+    "usage_entries": build_usage_entries,
     "agent_decisions": build_agent_decisions,
     "workspace_autonomy": build_workspace_autonomy,
     "workspace_insights": build_workspace_insights,

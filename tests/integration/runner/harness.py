@@ -60,6 +60,7 @@ from switchboard.db.models import (
     WorkspaceAutonomy,
 )
 from switchboard.db.session import create_engine, tenant_transaction
+from switchboard.db.usage import UsageTotals, month_start, month_totals
 from switchboard.kafka.producer import RecordProducer
 from switchboard.run_tokens import RunTokenClaims, RunTokenSettings, mint_run_token
 from switchboard.settings import DatabaseSettings, KafkaSettings
@@ -462,6 +463,11 @@ class RunnerHarness:
                     select(OutboxEvent.payload).where(OutboxEvent.key == str(conversation_id).encode())
                 )
             ]
+
+    def usage(self, org_id: uuid.UUID) -> UsageTotals | None:
+        """The org's usage this month, as every reader sees it (counters plus unfolded entries)."""
+        with Session(self.db) as session, tenant_transaction(session, org_id):
+            return month_totals(session, org_id, month_start())
 
     def scalar(self, org_id: uuid.UUID, sql: str, **params: Any) -> Any:
         with Session(self.db) as session, tenant_transaction(session, org_id):

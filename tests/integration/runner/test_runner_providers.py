@@ -8,7 +8,7 @@ import json
 import pytest
 
 from switchboard.contracts import HandoffTriggered, RunCompleted, RunStarted
-from switchboard.db.usage import month_start
+from switchboard.db.usage import UsageTotals
 from switchboard.tool_catalog import SEARCH_CONTACTS
 from tests.integration.runner.harness import RunnerHarness, create_agent, inbound, run_request
 from tests.support.fake_llm import Received, Reply, tool
@@ -68,14 +68,7 @@ async def test_tool_call_result_final_answer_with_usage_and_cost_summed(
     assert completed.steps == 2 and completed.tool_calls == 1
     assert not any(isinstance(r, HandoffTriggered) for _, r in records)
 
-    usage = rh.scalar(
-        agent.org_id,
-        "SELECT input_tokens || ',' || output_tokens || ',' || cost_micros FROM workspace_token_usage"
-        " WHERE org_id = :org AND month = :month",
-        org=agent.org_id,
-        month=month_start(),
-    )
-    assert usage == f"{1200 + 300 + 1500},65,{expected_cost}"
+    assert rh.usage(agent.org_id) == UsageTotals(1200 + 300 + 1500, 65, expected_cost, 1)
 
     events = await rh.events(request.run_id)
     kinds = [e.type.value for e in events]

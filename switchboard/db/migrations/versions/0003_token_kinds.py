@@ -52,7 +52,6 @@ $$
 """
 
 
-
 def upgrade() -> None:
     op.add_column("api_tokens", sa.Column("kind", sa.Text(), server_default=sa.text("'api'"), nullable=False))
     op.add_column(
