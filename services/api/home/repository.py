@@ -39,8 +39,7 @@ def agent_usage(session: Session, org_id: uuid.UUID, month: date) -> list[tuple[
         dict(
             session.execute(
                 select(AiAgent.id, AiAgent.name).where(AiAgent.org_id == org_id, AiAgent.id.in_(list(totals)))
-            )
-            .all()
+            ).all()
         )
         if totals
         else {}
