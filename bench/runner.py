@@ -133,7 +133,9 @@ def switchboard_runner(steps: int) -> Callable[[], Awaitable[None]]:
             return None
 
     class Trace:
-        async def append(self, entries: list[dict[str, Any]], *, steps: int, usage: TokenUsage, cost: int) -> None:
+        async def append(
+            self, entries: list[dict[str, Any]], *, steps: int, usage: TokenUsage, cost: int, final: bool = False
+        ) -> None:
             self.entries = entries
 
     publisher = RunEventPublisher(None, maxsize=1_000_000)

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from services.runner.autonomy_store import AutonomyStore, ResumeDecision
+from services.runner.autonomy_store import AUTONOMY_KEY, AutonomyStore, ResumeDecision, needs_autonomy
 from services.runner.context import PromptDraft
 from services.runner.interceptors import CallContext, StopRequest
 from services.runner.outcome import OutcomeKind
 from services.runner.pii import Pseudonymizer
+from services.runner.preload import read_once
 from services.runner.providers.base import AssistantMessage, ToolCallRequest, ToolOutcome, ToolResults, UserMessage
 from services.runner.subject import RunSubject
 from switchboard.autonomy import AutonomySettings, Gate
@@ -151,10 +152,16 @@ class RunAutonomy:
     @classmethod
     async def load(cls, store: AutonomyStore, subject: RunSubject, granted: tuple[str, ...]) -> RunAutonomy:
         """Read the settings only when they matter: a gated write tool is granted, or this run resumes one."""
-        if not any(gated_area(t) for t in granted) and subject.request.wake_context.run_id is None:
+        if not needs_autonomy(subject, granted):
             return cls(store=store, subject=subject, settings=AutonomySettings())
-        settings, pause, resume = await store.load(subject.request)
-        return cls(store=store, subject=subject, settings=settings, pause_on_proposal=pause, resume=resume)
+        read = await read_once(subject, AUTONOMY_KEY, lambda: store.load(subject.request))
+        return cls(
+            store=store,
+            subject=subject,
+            settings=read.settings,
+            pause_on_proposal=read.pause_on_proposal,
+            resume=read.resume,
+        )
 
     def offered(self, granted: tuple[str, ...]) -> tuple[str, ...]:
         return self.settings.offered(granted)

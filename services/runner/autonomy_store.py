@@ -9,14 +9,17 @@ tool call, so a redelivered run writes nothing twice.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import exists, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from services.runner.preload import MISSING
+from services.runner.subject import RunSubject
 from switchboard.autonomy import AutonomySettings, InsightNote, load_settings, publish_insight
 from switchboard.contracts import Action, RunRequested, Serde
 from switchboard.contracts.enums import InsightKind
@@ -24,6 +27,9 @@ from switchboard.db.enums import AWAITING_APPROVAL, AutonomyMode, DecisionStatus
 from switchboard.db.models import AiAgentRun, AiAgentVersion
 from switchboard.db.models.autonomy import AgentDecision
 from switchboard.db.session import async_tenant_transaction
+from switchboard.tool_catalog import gated_area
+
+AUTONOMY_KEY: Final = "autonomy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,43 +43,94 @@ class ResumeDecision:
     rationale: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class AutonomyRead:
+    """What a run's autonomy gate reads before the loop."""
+
+    settings: AutonomySettings
+    pause_on_proposal: bool
+    resume: ResumeDecision | None
+
+
+async def read_autonomy(session: AsyncSession, request: RunRequested) -> AutonomyRead:
+    """The reads of :meth:`AutonomyStore.load`, in the caller's tenant transaction."""
+    settings = await session.run_sync(lambda s: load_settings(s, request.org_id))
+    pause = await session.scalar(
+        select(AiAgentVersion.pause_on_proposal).where(
+            AiAgentVersion.org_id == request.org_id, AiAgentVersion.id == request.version_id
+        )
+    )
+    resume = None
+    parked_run_id = request.wake_context.run_id
+    if parked_run_id is not None:
+        row = await session.scalar(
+            select(AgentDecision)
+            .where(
+                AgentDecision.org_id == request.org_id,
+                AgentDecision.run_id == parked_run_id,
+                AgentDecision.status != DecisionStatus.PROPOSED.value,
+                AgentDecision.proposed_action["pause"].as_boolean().is_(True),
+            )
+            .order_by(AgentDecision.created_at)
+            .limit(1)
+        )
+        if row is not None:
+            resume = ResumeDecision(
+                decision_id=row.id,
+                status=DecisionStatus(row.status),
+                proposed_action=dict(row.proposed_action),
+                execution_result=row.execution_result,
+                rationale=row.rationale,
+            )
+    return AutonomyRead(settings, bool(pause), resume)
+
+
+def needs_autonomy(subject: RunSubject, granted: tuple[str, ...]) -> bool:
+    """The gate reads its settings only when they matter: a gated write tool is granted, or the run
+    resumes a parked one."""
+    return any(gated_area(t) for t in granted) or subject.request.wake_context.run_id is not None
+
+
+class AutonomyPreload:
+    """The gate's reads with the run's subject (services/runner/preload.py), for the tools the version
+    grants (a turn may offer fewer: then the read is simply not used). A run resuming a parked one also
+    needs the owner's decision: the gate reads that itself."""
+
+    key = AUTONOMY_KEY
+    sql = """
+    SELECT json_build_object(
+        'kill', (SELECT o.autonomy_kill_switch FROM organizations AS o WHERE o.id = :org_id),
+        'areas', (SELECT coalesce(json_agg(json_build_array(w.area, w.mode, w.kill_switch)), '[]')
+                  FROM workspace_autonomy AS w WHERE w.org_id = :org_id),
+        'pause', v.pause_on_proposal)
+    """
+
+    def params(self, request: RunRequested) -> Mapping[str, Any]:
+        return {}
+
+    def parse(self, value: Any, subject: RunSubject) -> object:
+        if subject.request.wake_context.run_id is not None or not needs_autonomy(
+            subject, subject.version.granted_tools()
+        ):
+            return MISSING
+        areas = value.get("areas") or ()
+        settings = AutonomySettings(
+            org_kill_switch=bool(value.get("kill")),
+            modes={area: AutonomyMode(mode) for area, mode, _ in areas},
+            killed_areas=frozenset(area for area, _, killed in areas if killed),
+        )
+        return AutonomyRead(settings, bool(value.get("pause")), None)
+
+
 class AutonomyStore:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], serde: Serde) -> None:
         self._sessions = sessions
         self._serde = serde
 
-    async def load(self, request: RunRequested) -> tuple[AutonomySettings, bool, ResumeDecision | None]:
+    async def load(self, request: RunRequested) -> AutonomyRead:
         """The org's settings, the version's pause flag, and the decision this run resumes after (if any)."""
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
-            settings = await session.run_sync(lambda s: load_settings(s, request.org_id))
-            pause = await session.scalar(
-                select(AiAgentVersion.pause_on_proposal).where(
-                    AiAgentVersion.org_id == request.org_id, AiAgentVersion.id == request.version_id
-                )
-            )
-            resume = None
-            parked_run_id = request.wake_context.run_id
-            if parked_run_id is not None:
-                row = await session.scalar(
-                    select(AgentDecision)
-                    .where(
-                        AgentDecision.org_id == request.org_id,
-                        AgentDecision.run_id == parked_run_id,
-                        AgentDecision.status != DecisionStatus.PROPOSED.value,
-                        AgentDecision.proposed_action["pause"].as_boolean().is_(True),
-                    )
-                    .order_by(AgentDecision.created_at)
-                    .limit(1)
-                )
-                if row is not None:
-                    resume = ResumeDecision(
-                        decision_id=row.id,
-                        status=DecisionStatus(row.status),
-                        proposed_action=dict(row.proposed_action),
-                        execution_result=row.execution_result,
-                        rationale=row.rationale,
-                    )
-        return settings, bool(pause), resume
+            return await read_autonomy(session, request)
 
     async def propose(self, request: RunRequested, action: Action, proposed: dict[str, Any], title: str) -> None:
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):

@@ -1,10 +1,12 @@
 """One run from ``run_requested`` to its terminal record: claim, handoff check, loop, finish.
 
-1. **claim** — insert the ``pending`` row (``RunStore.claim``); a redelivered run
-   id is skipped; a conversation still held by another live run is waited for;
-2. **running** — ``pending → running`` with ``run_started`` in the outbox;
-3. **keyword handoff** — the version's keywords on the inbound text, before any
-   model call [004 D4];
+1. **claim** — one transaction (``RunStore.claim``): the subject and the context
+   preloads, the row inserted ``running`` with ``run_started`` in the outbox and the
+   credential resolved; a redelivered run id is skipped; a conversation still held by
+   another live run is waited for;
+2. **keyword handoff** — the version's keywords on the inbound text, before any
+   model call [004 D4] (decided inside the claim: a handed-off run resolves no key);
+3. (the former separate ``pending → running`` transaction is part of the claim);
 4. **resolve** — provider adapter, catalog price, the key (decrypted now, held
    by this run only), the tools granted, the prompt (context builders);
 5. **loop** — ``AgentLoop`` (trace appended as it goes, live events);
@@ -22,7 +24,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -72,7 +74,7 @@ from services.runner.providers.base import (
 from services.runner.settings import RunnerSettings
 from services.runner.state import StateStore, run_state
 from services.runner.steering import RunSteering
-from services.runner.store import ClaimState, Finish, RunStore
+from services.runner.store import ClaimState, Finish, RunStore, StartPlan
 from services.runner.subagents import NestedRuntime, SubAgentTools, load_subagents
 from services.runner.subject import RunSubject
 from services.runner.tools import McpToolBox, NoTools, ToolBox, ToolCatalog, ToolServerUnavailable
@@ -104,6 +106,7 @@ class RunHandle:
     autonomy: RunAutonomy | None = None  # issue 6: autonomy gate state (docs/autonomy.md)
     answered_by: uuid.UUID | None = None  # a recovery attempt whose messages were answered already
     accepted_at: float = field(default_factory=time.monotonic)
+    trace: _Trace | None = None  # the run's trace sink, once its loop is built
 
 
 ToolBoxFactory = Callable[[RunSubject, tuple[str, ...]], ToolBox]
@@ -151,22 +154,18 @@ class RunExecutor:
     async def execute(self, handle: RunHandle) -> None:
         request = handle.request
         labels = _labels(request)
-        subject = await self._claim(handle)
-        if subject is None:
+        try:
+            claimed = await self._claim(handle)
+        except Exception as exc:
+            # Nothing was written (one transaction): our heartbeats stop with this task, the lease recovers the run.
+            log.error("run could not start", extra={**labels, "error": type(exc).__name__}, exc_info=True)
             return
-        started_at = datetime.now(UTC)
+        if claimed is None:
+            return
+        subject, started_at, begun = claimed
         clock = time.monotonic()
         version = subject.version
         events = RunEvents(self._deps.publisher, request, model=version.model)
-        try:
-            begun = await self._begin(subject, started_at)
-        except Exception as exc:
-            # The row stays pending: our heartbeats stop with this task, the lease recovers the run.
-            log.error("run could not start", extra={**labels, "error": type(exc).__name__}, exc_info=True)
-            return
-        if begun is None:
-            log.info("run no longer pending, skipped", extra=labels)
-            return
         handle.status = "running"
         silence_s = version.silence_timeout_s(self._settings.silence_timeout_s)
         events.debug(
@@ -202,23 +201,30 @@ class RunExecutor:
                 summary="Failed: internal error in the runner.",
             )
         await self._finish(
-            subject, outcome, events, started_at, clock, access, labels, handle.steering, autonomy=handle.autonomy
+            subject,
+            outcome,
+            events,
+            started_at,
+            clock,
+            access,
+            labels,
+            handle.steering,
+            autonomy=handle.autonomy,
+            trace=handle.trace,
         )
         for hook in self._deps.after_run:
             hook(subject, access)
 
-    async def _begin(
-        self, subject: RunSubject, started_at: datetime
-    ) -> tuple[LoopOutcome | None, ProviderAccess | None] | None:
-        """Mark the run running. Returns the outcome when it is decided before any model call
-        (keyword handoff, unknown provider, no key), else the resolved provider access."""
+    def _start_plan(self, subject: RunSubject) -> tuple[StartPlan[ProviderAccess | NoCredential], LoopOutcome | None]:
+        """How the run starts, decided on its subject inside the claim transaction, and the outcome
+        when it is decided before any model call (keyword handoff, unknown provider): then no key
+        is resolved."""
         version = subject.version
         request = subject.request
-        preset: LoopOutcome | None = None
-        resolve: Callable[[Session], ProviderAccess | NoCredential] | None = None
+        plan: StartPlan[ProviderAccess | NoCredential] = StartPlan(version.provider, version.model, datetime.now(UTC))
         match = match_handoff_keyword(subject.inbound_text, version.handoff_keywords)
         if match is not None:
-            preset = LoopOutcome(
+            return plan, LoopOutcome(
                 OutcomeKind.HANDOFF,
                 handoff=HandoffRequest(
                     reason=f"the customer wrote the handoff keyword {match.keyword!r}",
@@ -228,50 +234,53 @@ class RunExecutor:
                 ),
                 summary=f"Handed off by keyword {match.keyword!r}; no model was called.",
             )
-        else:
+        try:
+            requires_key = self._deps.providers.get(version.provider).requires_key
+        except UnknownProvider:
+            return plan, self._failed("unknown_provider", f"no adapter for provider {version.provider!r}")
+
+        def resolve(session: Session) -> ProviderAccess | NoCredential:
             try:
-                requires_key = self._deps.providers.get(version.provider).requires_key
-            except UnknownProvider:
-                preset = self._failed("unknown_provider", f"no adapter for provider {version.provider!r}")
-            else:
+                return self._deps.credentials.resolve(
+                    session,
+                    org_id=request.org_id,
+                    provider=version.provider,
+                    version_credential_id=version.credential_id,
+                    requires_key=requires_key,
+                )
+            except NoCredential as exc:
+                return exc
 
-                def resolve(session: Session) -> ProviderAccess | NoCredential:
-                    try:
-                        return self._deps.credentials.resolve(
-                            session,
-                            org_id=request.org_id,
-                            provider=version.provider,
-                            version_credential_id=version.credential_id,
-                            requires_key=requires_key,
-                        )
-                    except NoCredential as exc:
-                        return exc
-
-        started = await _with_db_retries(
-            lambda: self._deps.store.start(
-                subject, provider=version.provider, model=version.model, started_at=started_at, resolve=resolve
-            )
-        )
-        if started is None:
-            return None
-        if isinstance(started.resolved, NoCredential):
-            return self._failed(started.resolved.code, str(started.resolved)), None
-        return preset, started.resolved
+        return replace(plan, resolve=resolve), None
 
     # ------------------------------------------------------------------ claim
 
-    async def _claim(self, handle: RunHandle) -> RunSubject | None:
+    async def _claim(
+        self, handle: RunHandle
+    ) -> tuple[RunSubject, datetime, tuple[LoopOutcome | None, ProviderAccess | None]] | None:
+        """Claim and start the run; returns its subject, start time, and the preset outcome or the
+        provider access. None: nothing to do (a redelivery) or the conversation stayed busy."""
         request = handle.request
         deadline = time.monotonic() + self._settings.claim_wait_s
         delay = 0.2
+        decided: list[tuple[StartPlan[ProviderAccess | NoCredential], LoopOutcome | None]] = []
+
+        def plan(subject: RunSubject) -> StartPlan[ProviderAccess | NoCredential]:
+            decided.append(self._start_plan(subject))  # the last one is the committed claim's
+            return decided[-1][0]
+
         while True:
             claim = await _with_db_retries(
-                lambda: self._deps.store.claim(request, stale_after_s=self._settings.stale_run_after_s)
+                lambda: self._deps.store.claim(request, stale_after_s=self._settings.stale_run_after_s, plan=plan)
             )
             if claim.state is ClaimState.CREATED:
-                handle.status = "pending"
+                assert claim.subject is not None
                 handle.answered_by = claim.answered_by
-                return claim.subject
+                start, preset = decided[-1]
+                resolved = claim.resolved
+                if isinstance(resolved, NoCredential):
+                    return claim.subject, start.started_at, (self._failed(resolved.code, str(resolved)), None)
+                return claim.subject, start.started_at, (preset, resolved)
             if claim.state is ClaimState.DUPLICATE:
                 log.info(
                     "run already recorded, skipped (redelivery)",
@@ -345,6 +354,7 @@ class RunExecutor:
                     return unmet
                 draft = with_labels_layer(draft, labeled.labels)
             prompt = prompt_record(pii.layers(draft.system), pii.messages(draft.messages), draft.tools)
+            trace = handle.trace = _Trace(self._deps.store, request, handle, prompt=prompt)
             loop = AgentLoop(
                 config=LoopConfig(
                     model=version.model,
@@ -371,7 +381,7 @@ class RunExecutor:
                 access=access or ProviderAccess(source=CredentialSource.NONE, base_url=None),
                 tools=toolbox,
                 events=events,
-                trace=_Trace(self._deps.store, request, handle, prompt=prompt),
+                trace=trace,
                 steering=handle.steering,
                 interceptors=[
                     *self._deps.interceptors(labels),
@@ -506,10 +516,12 @@ class RunExecutor:
         steering: RunSteering,
         *,
         autonomy: RunAutonomy | None = None,
+        trace: _Trace | None = None,
     ) -> None:
         request = subject.request
         version = subject.version
         classification = classify(outcome)
+        tail, prompt = trace.closing() if trace is not None else ([], None)
         completed_at = datetime.now(UTC)
         latency_ms = int((time.monotonic() - clock) * 1000)
         invalid = (
@@ -546,6 +558,8 @@ class RunExecutor:
             ),
             actions_proposed=tuple(autonomy.proposed) if autonomy is not None else (),
             invalid_credential_id=invalid,
+            trace_tail=tail,
+            prompt=prompt,
             steered_message_ids=steering.applied_message_ids,
         )
         announced = await _with_db_retries(lambda: self._deps.store.finish(subject, finish))
@@ -574,9 +588,13 @@ class RunExecutor:
 
     async def _hand_back(self, handle: RunHandle, subject: RunSubject, started_at: datetime, clock: float) -> None:
         entries: list[dict[str, object]] = []
+        prompt: dict[str, Any] | None = None
+        if handle.trace is not None:  # entries kept for a finish that will not come
+            entries, prompt = handle.trace.closing()
         outcome = LoopOutcome(OutcomeKind.HANDED_BACK, summary="Stopped: runner shutdown.")
         if handle.loop is not None:
-            entries, outcome = handle.loop.abandon("runner shutdown")
+            abandoned, outcome = handle.loop.abandon("runner shutdown")
+            entries = [*entries, *abandoned]
         finish = Finish(
             outcome=outcome,
             classification=classify(outcome),
@@ -587,6 +605,7 @@ class RunExecutor:
             latency_ms=int((time.monotonic() - clock) * 1000),
             would_send_to=None,
             trace_tail=entries,
+            prompt=prompt,
         )
         code = "superseded" if handle.superseded else "runner_shutdown"
         try:
@@ -676,7 +695,11 @@ def _actions(request: RunRequested, outcome: LoopOutcome, at: datetime) -> tuple
 
 
 class _Trace:
-    """The loop's :class:`~services.runner.loop.TraceSink`: appends to the run row, tracks steps."""
+    """The loop's :class:`~services.runner.loop.TraceSink`: appends to the run row, tracks steps.
+
+    The run's final entries (and the prompt, if no append wrote it yet) are kept for the
+    terminal transaction (:meth:`closing`), which writes them with the outcome: a one-step
+    run writes its trace in its finish, not in a transaction of its own."""
 
     def __init__(
         self, store: RunStore, request: RunRequested, handle: RunHandle, *, prompt: dict[str, Any] | None = None
@@ -684,9 +707,21 @@ class _Trace:
         self._store = store
         self._request = request
         self._handle = handle
-        self._prompt = prompt  # stored with the first append (issue 6)
+        self._prompt = prompt  # stored with the first write (issue 6)
+        self._tail: list[dict[str, object]] = []
 
-    async def append(self, entries: list[dict[str, object]], *, steps: int, usage: TokenUsage, cost: int) -> None:
+    async def append(
+        self, entries: list[dict[str, object]], *, steps: int, usage: TokenUsage, cost: int, final: bool = False
+    ) -> None:
         self._handle.status = "running"
+        if final:
+            self._tail.extend(entries)
+            return
         prompt, self._prompt = self._prompt, None
         await self._store.append_trace(self._request, entries, steps=steps, usage=usage, cost=cost, prompt=prompt)
+
+    def closing(self) -> tuple[list[dict[str, object]], dict[str, Any] | None]:
+        """What the terminal transaction writes: the kept entries and the prompt not written yet."""
+        tail, prompt = self._tail, self._prompt
+        self._tail, self._prompt = [], None
+        return tail, prompt

@@ -87,9 +87,14 @@ class EventSink(Protocol):
 
 
 class TraceSink(Protocol):
-    """Persists the trace as it goes (``ai_agent_runs.tool_calls``) with the running totals."""
+    """Persists the trace as it goes (``ai_agent_runs.tool_calls``) with the running totals.
 
-    async def append(self, entries: list[dict[str, Any]], *, steps: int, usage: TokenUsage, cost: int) -> None: ...
+    ``final``: the run's last entries; the sink may keep them for the terminal transaction,
+    which writes them with the outcome (one transaction fewer per run)."""
+
+    async def append(
+        self, entries: list[dict[str, Any]], *, steps: int, usage: TokenUsage, cost: int, final: bool = False
+    ) -> None: ...
 
 
 class SteeringInbox(Protocol):
@@ -262,7 +267,7 @@ class AgentLoop:
                 raise
             self._close_in_flight("silence timeout")
             self._record_guard("silence_watchdog", f"no output for {self._config.silence_timeout_s:.0f}s")
-            await self._flush_trace()
+            await self._flush_trace(final=True)
             return self._outcome(
                 OutcomeKind.ABORTED,
                 abort_reason=SILENCE_TIMEOUT,
@@ -286,7 +291,7 @@ class AgentLoop:
                 self._events.debug("steering_applied", f"{len(texts)} message(s) added at the turn boundary")
             if self._steering.interrupted:
                 self._record_guard("interrupt", "interrupted by a steering message")
-                await self._flush_trace()
+                await self._flush_trace(final=True)
                 return self._outcome(OutcomeKind.ABORTED, abort_reason=INTERRUPTED, summary="Interrupted.")
 
             # 2. budgets, against the worst case of this step.
@@ -314,7 +319,7 @@ class AgentLoop:
                 reason = admission.refusal or "budget"
                 self._record_guard("budget_stop", f"{reason} before step {self._steps + 1}")
                 self._events.debug("budget_stop", reason)
-                await self._flush_trace()
+                await self._flush_trace(final=True)
                 return self._outcome(
                     OutcomeKind.ABORTED,
                     abort_reason=reason,
@@ -334,7 +339,7 @@ class AgentLoop:
             try:
                 response = await self._call_model(request)
             except ProviderError as exc:
-                await self._flush_trace()
+                await self._flush_trace(final=True)
                 return self._provider_failure(exc)
             self._steps += 1
             last_input = response.usage.all_input
@@ -350,7 +355,7 @@ class AgentLoop:
                 )
             )
             if not response.tool_calls:
-                await self._flush_trace()
+                await self._flush_trace(final=True)
                 return self._outcome(OutcomeKind.ANSWERED, final_text=response.text)
 
             # 4. the tool calls.
@@ -361,7 +366,7 @@ class AgentLoop:
                 results = _not_executed(response.tool_calls, "Not executed: the tool server is unavailable.")
                 messages.append(ToolResults(tuple(results)))
                 self._record_guard("tool_server_unavailable", "automatic handoff")
-                await self._flush_trace()
+                await self._flush_trace(final=True)
                 failure = RunFailure(
                     ToolServerUnavailable.code, "the tool server is unavailable", ErrorFamily.TOOL_FAILURE
                 )
@@ -378,7 +383,7 @@ class AgentLoop:
                 )
             messages.append(ToolResults(tuple(results), notes=tuple(ctx.notes)))
             appended_since = "".join(r.content for r in results) + "".join(ctx.notes)
-            await self._flush_trace()
+            await self._flush_trace(final=ctx.stop is not None)
             if ctx.stop is not None:
                 return self._stopped(ctx.stop)
 
@@ -528,9 +533,9 @@ class AgentLoop:
     def _record_guard(self, name: str, detail: str) -> None:
         self._pending.append({"step": self._steps, "kind": "guard", "name": name, "detail": detail, "at": _now()})
 
-    async def _flush_trace(self) -> None:
+    async def _flush_trace(self, *, final: bool = False) -> None:
         entries, self._pending = self._pending, []
-        await self._trace.append(entries, steps=self._steps, usage=self._usage, cost=self._cost)
+        await self._trace.append(entries, steps=self._steps, usage=self._usage, cost=self._cost, final=final)
 
     def _touch(self) -> None:
         if self._watchdog is not None:

@@ -15,19 +15,22 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from services.runner.context import ContextBuilder, DraftBuilder
+from services.runner.preload import preloaded
 from services.runner.subject import RunSubject
+from switchboard.contracts import RunRequested
 from switchboard.db.models.memory import FACT_TS_CONFIG
 from switchboard.db.session import async_tenant_transaction
 
 LABEL: Final = "Long-term memory"
+FACTS_KEY: Final = "memory_facts"
 MAX_FACTS: Final = 8
 MAX_QUERY_WORDS: Final = 32
 MIN_WORD_CHARS: Final = 3
@@ -116,6 +119,47 @@ class FactRetriever:
         return [RetrievedFact(r.fact, r.scope, float(r.rank)) for r in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class PreloadedFacts:
+    """Facts read for ``about`` (a turn may rewrite the text: then they are read again)."""
+
+    about: str
+    facts: list[RetrievedFact]
+
+
+class FactsPreload:
+    """The run's relevant facts, read with its subject (services/runner/preload.py): the queries of
+    :meth:`FactRetriever.relevant` (relevant by full-text search, or the contact's latest) as one column."""
+
+    key = FACTS_KEY
+    sql = f"""
+    SELECT coalesce(json_agg(json_build_array(x.fact, x.scope, x.rank) ORDER BY x.rank DESC, x.updated_at DESC, x.id),
+                    '[]')
+    FROM (
+        SELECT f.fact, f.scope, ts_rank_cd(f.search, q) AS rank, f.updated_at, f.id
+        FROM memory_facts AS f, to_tsquery('{FACT_TS_CONFIG}', :memory_facts_query) AS q
+        WHERE f.org_id = :org_id AND (f.contact_id = :contact_id OR f.contact_id IS NULL) AND f.search @@ q
+        UNION ALL
+        SELECT f.fact, f.scope, 0.0, f.updated_at, f.id
+        FROM memory_facts AS f
+        WHERE CAST(:memory_facts_query AS text) IS NULL AND f.org_id = :org_id AND f.contact_id = :contact_id
+        ORDER BY 3 DESC, 4 DESC, 5
+        LIMIT :memory_facts_limit
+    ) AS x
+    """
+
+    def __init__(self, *, limit: int = MAX_FACTS) -> None:
+        self._limit = limit
+
+    def params(self, request: RunRequested) -> Mapping[str, Any]:
+        about = "\n".join(m.text for m in request.messages if m.text)  # RunSubject.inbound_text
+        return {"memory_facts_query": fact_query(about), "memory_facts_limit": self._limit}
+
+    def parse(self, value: Any, subject: RunSubject) -> object:
+        facts = [RetrievedFact(str(fact), str(scope), float(rank)) for fact, scope, rank in value or ()]
+        return PreloadedFacts(subject.inbound_text, facts)
+
+
 class LongTermMemoryLayer:
     """The facts retrieved for this run, as one labeled layer (nothing when none is relevant)."""
 
@@ -126,7 +170,11 @@ class LongTermMemoryLayer:
 
     async def build(self, subject: RunSubject, draft: DraftBuilder) -> None:
         request = subject.request
-        facts = await self._retriever.relevant(request.org_id, request.contact_id, subject.inbound_text)
+        read = preloaded(subject, FACTS_KEY)
+        if isinstance(read, PreloadedFacts) and read.about == subject.inbound_text:
+            facts = read.facts
+        else:
+            facts = await self._retriever.relevant(request.org_id, request.contact_id, subject.inbound_text)
         if not facts:
             return
         lines = [f"- ({'this customer' if f.scope == 'contact' else 'the business'}) {f.fact}" for f in facts]

@@ -20,19 +20,19 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
-from services.runner.autonomy_store import AutonomyStore
+from services.runner.autonomy_store import AutonomyPreload, AutonomyStore
 from services.runner.compact import Compactor
 from services.runner.context import default_builders
 from services.runner.credentials import CredentialResolver
 from services.runner.events import RunEventPublisher
 from services.runner.execution import RunExecutor, RunnerDeps, ToolBoxFactory
 from services.runner.heartbeats import Heartbeater
-from services.runner.memory import FactRetriever, with_memory
+from services.runner.memory import FactRetriever, FactsPreload, with_memory
 from services.runner.providers import ProviderRegistry, build_providers
 from services.runner.runtime import RunSupervisor
 from services.runner.settings import RunnerSettings
-from services.runner.slash_store import SlashStore
-from services.runner.state import StateStore, with_state
+from services.runner.slash_store import ModePreload, SlashStore
+from services.runner.state import StateNotePreload, StateStore, with_state
 from services.runner.steering import SteeringListener
 from services.runner.store import RunStore
 from services.runner.summary import ThreadSummarizer
@@ -100,9 +100,16 @@ class Runner:
         producer = RecordProducer(settings.kafka, service=SERVICE, serde=serde)
         providers = self._overrides.providers or build_providers(settings.providers)
         await producer.start()
-        store = RunStore(create_async_sessionmaker(engine), serde, runner_id=settings.runner_id)
-        publisher = RunEventPublisher(producer, maxsize=settings.event_queue_size)
         memory_sessions = create_async_sessionmaker(engine)
+        facts = FactRetriever(memory_sessions)
+        store = RunStore(
+            create_async_sessionmaker(engine),
+            serde,
+            runner_id=settings.runner_id,
+            # Per-run context read in the claim transaction (services/runner/preload.py).
+            preloads=(ModePreload(), StateNotePreload(), FactsPreload(), AutonomyPreload()),
+        )
+        publisher = RunEventPublisher(producer, maxsize=settings.event_queue_size)
         summarizer = self.summarizer = ThreadSummarizer(
             memory_sessions, providers, price=store.price, call_timeout_s=settings.model_call_timeout_s
         )
@@ -124,7 +131,7 @@ class Runner:
             autonomy=AutonomyStore(create_async_sessionmaker(engine), serde),  # issue 6, docs/autonomy.md
             # Issue 6, docs/memory.md: long-term facts in the prompt; summary and follow-up link after a run.
             builders=lambda _store: with_followup_context(
-                with_state(with_memory(default_builders(), FactRetriever(memory_sessions)), state), memory_sessions
+                with_state(with_memory(default_builders(), facts), state), memory_sessions
             ),
             state=state,  # issue 6, docs/memory.md "State": conclusions kept, tool chatter left in the trace
             after_run=(summarizer.after_run, linker.after_run),

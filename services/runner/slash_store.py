@@ -10,7 +10,8 @@ writers of one conversation serialize on it).
 from __future__ import annotations
 
 import uuid
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -18,8 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from services.runner.goals import SEGMENT_BUDGET_MICROS, GoalState, Verdict
 from services.runner.outcome import LoopOutcome
+from services.runner.preload import MISSING, read_once
 from services.runner.subject import RunSubject
-from switchboard.contracts import DispatchRequested, Serde, Topics, WakeContext
+from switchboard.contracts import DispatchRequested, RunRequested, Serde, Topics, WakeContext
 from switchboard.contracts.enums import WakeReason
 from switchboard.db.models import Conversation
 from switchboard.db.models.slash import AgentSkill, ConversationGoal, ConversationModeRow, GoalStatus
@@ -28,6 +30,31 @@ from switchboard.db.session import async_tenant_transaction
 
 # Event ids of segment wakes: uuid5(namespace, "<goal id>:<segment number>") — a retried write is one event.
 SEGMENT_WAKE_NAMESPACE: Final = uuid.UUID("a4d3b8e2-61f0-4c9a-9b1e-7c2d5e8f0a13")
+MODE_KEY: Final = "conversation_mode"
+
+
+async def _read_mode(session: AsyncSession, subject: RunSubject) -> str | None:
+    request = subject.request
+    mode: str | None = await session.scalar(
+        select(ConversationModeRow.mode).where(
+            ConversationModeRow.org_id == request.org_id,
+            ConversationModeRow.conversation_id == request.conversation_id,
+        )
+    )
+    return mode
+
+
+class ModePreload:
+    """The conversation's mode, read with the run's subject (services/runner/preload.py)."""
+
+    key = MODE_KEY
+    sql = "SELECT m.mode FROM conversation_modes AS m WHERE m.org_id = :org_id AND m.conversation_id = :conversation_id"
+
+    def params(self, request: RunRequested) -> Mapping[str, Any]:
+        return {}
+
+    def parse(self, value: Any, subject: RunSubject) -> object:
+        return MISSING if subject.conversation is None else value
 
 
 def _state(row: ConversationGoal) -> GoalState:
@@ -50,14 +77,13 @@ class SlashStore:
     # ------------------------------------------------------------------ modes
 
     async def mode(self, subject: RunSubject) -> str | None:
-        request = subject.request
-        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
-            return await session.scalar(
-                select(ConversationModeRow.mode).where(
-                    ConversationModeRow.org_id == request.org_id,
-                    ConversationModeRow.conversation_id == request.conversation_id,
-                )
-            )
+        """The conversation's mode (None: reply), preloaded with the run when it can be."""
+
+        async def read() -> str | None:
+            async with self._sessions() as session, async_tenant_transaction(session, subject.request.org_id):
+                return await _read_mode(session, subject)
+
+        return await read_once(subject, MODE_KEY, read)
 
     async def set_mode(self, subject: RunSubject, mode: str | None) -> None:
         """Switch the conversation to ``mode``; None: back to the default (reply)."""

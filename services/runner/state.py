@@ -14,9 +14,9 @@ the rest of the prompt before it reaches a provider.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
@@ -26,12 +26,15 @@ from services.runner.context import ContextBuilder, DraftBuilder
 from services.runner.interceptors import CallContext, ToolInterceptor
 from services.runner.memory import insert_after
 from services.runner.pii import Pseudonymizer
+from services.runner.preload import MISSING, read_once
 from services.runner.providers.base import ToolCallRequest, ToolOutcome, ToolSpec
 from services.runner.subject import RunSubject
+from switchboard.contracts import RunRequested
 from switchboard.db.models.memory import MAX_STATE_NOTE_CHARS, STATE_NOTE_TOOL, ConversationStateNote
 from switchboard.db.session import async_tenant_transaction
 
 LABEL: Final = "State"
+STATE_NOTE_KEY: Final = "state_note"
 STATE_NOTE_SPEC: Final = ToolSpec(
     name=STATE_NOTE_TOOL,
     description=(
@@ -47,6 +50,15 @@ STATE_NOTE_SPEC: Final = ToolSpec(
 )
 
 
+async def _read_note(session: AsyncSession, org_id: uuid.UUID, conversation_id: uuid.UUID) -> str | None:
+    note: str | None = await session.scalar(
+        select(ConversationStateNote.note).where(
+            ConversationStateNote.org_id == org_id, ConversationStateNote.conversation_id == conversation_id
+        )
+    )
+    return note
+
+
 class StateStore:
     """Reads and replaces the note of a conversation (one short tenant transaction each)."""
 
@@ -55,11 +67,7 @@ class StateStore:
 
     async def note(self, org_id: uuid.UUID, conversation_id: uuid.UUID) -> str | None:
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            return await session.scalar(
-                select(ConversationStateNote.note).where(
-                    ConversationStateNote.org_id == org_id, ConversationStateNote.conversation_id == conversation_id
-                )
-            )
+            return await _read_note(session, org_id, conversation_id)
 
     async def replace(self, org_id: uuid.UUID, conversation_id: uuid.UUID, run_id: uuid.UUID, note: str) -> None:
         values = {"note": note, "updated_by_run_id": run_id}
@@ -85,7 +93,9 @@ class StateLayer:
         if subject.conversation is None:
             return
         request = subject.request
-        note = await self._store.note(request.org_id, request.conversation_id)
+        note = await read_once(
+            subject, STATE_NOTE_KEY, lambda: self._store.note(request.org_id, request.conversation_id)
+        )
         if note:
             draft.layer(LABEL, f"What earlier turns of this conversation concluded:\n{note}")
 
@@ -130,6 +140,22 @@ def run_state(store: StateStore | None, subject: RunSubject, pii: Pseudonymizer,
     if store is None or subject.conversation is None or STATE_NOTE_TOOL not in granted:
         return RunState()
     return RunState((STATE_NOTE_SPEC,), (StateNoteTool(store, subject, pii),))
+
+
+class StateNotePreload:
+    """The note, read with the run's subject (services/runner/preload.py)."""
+
+    key = STATE_NOTE_KEY
+    sql = (
+        "SELECT n.note FROM conversation_state_notes AS n"
+        " WHERE n.org_id = :org_id AND n.conversation_id = :conversation_id"
+    )
+
+    def params(self, request: RunRequested) -> Mapping[str, Any]:
+        return {}
+
+    def parse(self, value: Any, subject: RunSubject) -> object:
+        return MISSING if subject.conversation is None else value
 
 
 def with_state(builders: Sequence[ContextBuilder], store: StateStore) -> list[ContextBuilder]:

@@ -7,11 +7,13 @@ as well. Events derived from a row change (``run_started``, ``run_completed``,
 transaction, after locking the conversation row so outbox ids follow commit
 order per conversation (``switchboard.db.outbox``).
 
-The run row: ``pending`` when the runner takes the run, ``running`` with
-``run_started``, a terminal status with ``run_completed``. The trace
-(``tool_calls``) and running totals are appended after every step. A
-one-step run costs four transactions: claim (row + subject + history), start
-(running + ``run_started`` + credential), one trace append, finish.
+The run row is inserted ``running`` by the claim, with ``run_started`` in the outbox, and
+gets a terminal status with ``run_completed``. The trace (``tool_calls``) and running
+totals are appended after every step but the last, whose entries the terminal
+transaction writes. A one-step run costs two transactions: the claim (subject, history,
+the context preloads, the row, ``run_started``, the credential) and the finish.
+(``pending`` stays in the vocabulary, and counts as active, but the runner no longer writes
+it: claim and start were two transactions until the end-to-end bench showed what each costs.)
 """
 
 from __future__ import annotations
@@ -20,20 +22,21 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ARRAY, cast, func, select, text, update
+from sqlalchemy import ARRAY, Table, Text, TextClause, cast, func, literal, select, text, update
+from sqlalchemy.dialects.postgresql import JSONB, array, insert
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
-from sqlalchemy.dialects.postgresql import array, insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
 from services.runner.budget import ModelPrice
 from services.runner.label_filter import CLASSIFICATION_MISMATCH, redispatches
 from services.runner.outcome import Classification, LoopOutcome
+from services.runner.preload import MISSING, Preload
 from services.runner.providers.base import TokenUsage
 from services.runner.subject import ConversationInfo, HistoryItem, RunSubject, VersionConfig
 from switchboard.contracts import (
@@ -54,9 +57,7 @@ from switchboard.db.models import (
     AiAgentVersion,
     AiModel,
     AiProviderCredential,
-    Contact,
     Conversation,
-    Message,
 )
 from switchboard.db.outbox import enqueue_record
 from switchboard.db.session import async_tenant_transaction
@@ -68,26 +69,33 @@ T = TypeVar("T")
 
 
 class ClaimState(StrEnum):
-    CREATED = "created"  # the row is ours, pending
+    CREATED = "created"  # the row is ours, running
     DUPLICATE = "duplicate"  # this run id already exists (redelivery): nothing to do
     BUSY = "busy"  # another live run holds the conversation: wait and retry
 
 
 @dataclass(frozen=True, slots=True)
-class Claim:
+class StartPlan(Generic[T]):
+    """How a claimed run starts, decided on its subject inside the claim transaction: the
+    provider and model recorded on the row, and ``resolve`` (the credential lookup, which
+    needs the tenant) run on a sync session of that transaction; None: nothing to resolve."""
+
+    provider: str
+    model: str
+    started_at: datetime
+    resolve: Callable[[Session], T] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim(Generic[T]):
     state: ClaimState
     subject: RunSubject | None = None
     busy_run_id: uuid.UUID | None = None
     existing_status: str | None = None
     # A recovery attempt whose messages another run of the conversation already answered.
     answered_by: uuid.UUID | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Started(Generic[T]):
-    """The run is ``running``; ``resolved`` is what the start transaction's resolver returned."""
-
-    resolved: T | None
+    # CREATED: what the start plan's resolver returned.
+    resolved: T | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,49 +113,96 @@ class Finish:
     actions_executed: tuple[Action, ...] = ()
     actions_proposed: tuple[Action, ...] = ()
     invalid_credential_id: uuid.UUID | None = None
+    # The trace entries no append wrote (the last step's), and the prompt if none wrote it either.
     trace_tail: Sequence[dict[str, Any]] = ()
+    prompt: dict[str, Any] | None = None
     # Steered messages taken in at a turn boundary (answered by this run too).
     steered_message_ids: tuple[uuid.UUID, ...] = ()
 
 
+# The columns of ``ai_agent_versions`` a run uses: VersionConfig's fields, by name.
+_VERSION_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(VersionConfig))
+_TUPLE_COLUMNS = frozenset({"tool_ids", "handoff_keywords", "skills", "subagent_ids"})
+
+
+def _version_value(name: str, value: Any) -> Any:
+    if name in _TUPLE_COLUMNS:
+        return tuple(value or ())
+    if name == "followup":
+        return dict(value or {})
+    return value
+
+
 def _version_config(row: AiAgentVersion) -> VersionConfig:
-    return VersionConfig(
-        id=row.id,
-        agent_id=row.agent_id,
-        version_number=row.version_number,
-        system_prompt=row.system_prompt,
-        provider=row.provider,
-        model=row.model,
-        credential_id=row.credential_id,
-        tool_ids=tuple(row.tool_ids or ()),
-        max_steps=row.max_steps,
-        token_budget=row.token_budget,
-        cost_budget_micros=row.cost_budget_micros,
-        history_message_window=row.history_message_window,
-        history_token_window=row.history_token_window,
-        handoff_keywords=tuple(row.handoff_keywords or ()),
-        handoff_tool_enabled=row.handoff_tool_enabled,
-        followup=dict(row.followup or {}),
-        persona=row.persona,
-        skills=tuple(row.skills or ()),
-        channel_session_id=row.channel_session_id,
-        silence_timeout_minutes=row.silence_timeout_minutes,
-        subagent_ids=tuple(row.subagent_ids or ()),
-        classification_enabled=row.classification_enabled,
+    return VersionConfig(**{name: _version_value(name, getattr(row, name)) for name in _VERSION_COLUMNS})
+
+
+def _subject_query(preloads: Sequence[Preload]) -> TextClause:
+    """What a claim reads, in one statement: the run id's status (a redelivery), the version, the
+    agent's name, the conversation and its contact, which of the request's messages exist, the
+    recent history (one more message than the window needs, so the context knows whether older
+    ones exist), and one column per preload (services/runner/preload.py)."""
+    version = ", ".join(f"v.{name} AS v_{name}" for name in _VERSION_COLUMNS)
+    extra = "".join(f",\n    ({preload.sql}) AS preload_{index}" for index, preload in enumerate(preloads))
+    return text(
+        f"""
+SELECT
+    (SELECT r.status FROM ai_agent_runs AS r WHERE r.org_id = :org_id AND r.id = :run_id) AS existing_status,
+    {version},
+    a.name AS agent_name,
+    c.id AS c_id, c.chat_id AS c_chat_id, c.channel_session_id AS c_channel_session_id, c.summary AS c_summary,
+    ct.display_name AS contact_name,
+    ARRAY(SELECT m.id FROM messages AS m
+          WHERE m.org_id = :org_id AND m.id = ANY(CAST(:message_ids AS uuid[]))) AS known_message_ids,
+    CASE WHEN c.id IS NOT NULL AND v.history_message_window > 0 THEN (
+        SELECT json_agg(json_build_array(h.id, h.direction, h.body, h.occurred_at) ORDER BY h.occurred_at DESC)
+        FROM (SELECT m.id, m.direction, m.body, m.occurred_at FROM messages AS m
+              WHERE m.org_id = :org_id AND m.conversation_id = c.id AND m.body <> ''
+              ORDER BY m.occurred_at DESC
+              LIMIT v.history_message_window + :message_count + 1) AS h
+    ) END AS history{extra}
+FROM ai_agent_versions AS v
+LEFT JOIN ai_agents AS a ON a.org_id = v.org_id AND a.id = :agent_id
+LEFT JOIN conversations AS c ON c.org_id = v.org_id AND c.id = :conversation_id
+LEFT JOIN contacts AS ct ON ct.org_id = c.org_id AND ct.id = c.contact_id
+WHERE v.org_id = :org_id AND v.id = :version_id
+"""
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    """What the claim's subject query returned."""
+
+    existing_status: str | None
+    subject: RunSubject
+    known_message_ids: frozenset[uuid.UUID]
+
+
 class RunStore:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], serde: Serde, *, runner_id: str) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        serde: Serde,
+        *,
+        runner_id: str,
+        preloads: Sequence[Preload] = (),
+    ) -> None:
         self._sessions = sessions
         self._serde = serde
         self._runner_id = runner_id
+        self._preloads = tuple(preloads)
+        self._subject_sql = _subject_query(self._preloads)
         self._prices: dict[tuple[str, str], tuple[float, ModelPrice]] = {}
 
     # ------------------------------------------------------------------ taking a run
 
-    async def claim(self, request: RunRequested, *, stale_after_s: float) -> Claim:
-        """Insert the ``pending`` row and load the run's subject, in one transaction.
+    async def claim(
+        self, request: RunRequested, *, stale_after_s: float, plan: Callable[[RunSubject], StartPlan[T]]
+    ) -> Claim[T]:
+        """Take the run and start it, in one transaction: load its subject, insert the row as
+        ``running`` (``plan`` decides provider, model and what to resolve), run the preloads,
+        enqueue ``run_started`` and run the plan's resolver.
 
         A run whose conversation is held by another active run: if that run is this
         run's parent (recovery) or its heartbeat is older than ``stale_after_s``, its
@@ -155,18 +210,16 @@ class RunStore:
         otherwise the claim reports BUSY and the caller waits.
         """
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
-            existing = await session.scalar(
-                select(AiAgentRun.status).where(AiAgentRun.org_id == request.org_id, AiAgentRun.id == request.run_id)
-            )
-            if existing is not None:
-                return Claim(ClaimState.DUPLICATE, existing_status=existing)
+            loaded = await self._load(session, request)
+            if loaded.existing_status is not None:
+                return Claim(ClaimState.DUPLICATE, existing_status=loaded.existing_status)
+            subject = loaded.subject
+            start = plan(subject)
             for _ in range(2):
-                if await self._insert_pending(session, request):
-                    return Claim(
-                        ClaimState.CREATED,
-                        subject=await self._subject(session, request),
-                        answered_by=await self._answered_by(session, request),
-                    )
+                if await self._insert_running(session, request, loaded, start):
+                    answered_by = await self._answered_by(session, request)
+                    resolved = await self._start(session, subject, start)
+                    return Claim(ClaimState.CREATED, subject=subject, answered_by=answered_by, resolved=resolved)
                 busy = await self._active_run(session, request)
                 if busy is None:
                     continue  # it ended between the two statements
@@ -176,6 +229,28 @@ class RunStore:
                     return Claim(ClaimState.BUSY, busy_run_id=busy_id)
                 await self._close_lost(session, request.org_id, busy_id)
             return Claim(ClaimState.BUSY, busy_run_id=None)
+
+    async def _start(self, session: AsyncSession, subject: RunSubject, start: StartPlan[T]) -> T | None:
+        request = subject.request
+        await self._lock_conversation(session, request)
+        record = RunStarted(
+            org_id=request.org_id,
+            request_id=request.request_id,
+            conversation_id=request.conversation_id,
+            run_id=request.run_id,
+            agent_id=request.agent_id,
+            version_id=request.version_id,
+            attempt=request.attempt,
+            parent_run_id=request.parent_run_id,
+            wake_reason=request.wake_reason,
+            provider=start.provider,
+            model=start.model,
+            runner_id=self._runner_id,
+            started_at=start.started_at,
+            dry_run=request.dry_run,
+        )
+        enqueue_record(session.sync_session, Topics.RUN_STARTED, record, serde=self._serde)
+        return await session.run_sync(start.resolve) if start.resolve is not None else None
 
     async def _answered_by(self, session: AsyncSession, request: RunRequested) -> uuid.UUID | None:
         """For a recovery attempt: a run of the conversation that already answered all its messages.
@@ -200,47 +275,40 @@ class RunStore:
         )
         return answered
 
-    async def _insert_pending(self, session: AsyncSession, request: RunRequested) -> bool:
+    async def _insert_running(
+        self, session: AsyncSession, request: RunRequested, loaded: _Loaded, start: StartPlan[Any]
+    ) -> bool:
         if request.parent_run_id is not None:
             await self._record_unclaimed_parent(session, request)
-        message_ids = [m.message_id for m in request.messages]
-        known: set[uuid.UUID] = set()
-        if message_ids:
-            known = set(
-                (
-                    await session.scalars(
-                        select(Message.id).where(Message.org_id == request.org_id, Message.id.in_(message_ids))
-                    )
-                ).all()
-            )
-        conversation_id = await session.scalar(
-            select(Conversation.id).where(
-                Conversation.org_id == request.org_id, Conversation.id == request.conversation_id
-            )
-        )
+        known = loaded.known_message_ids
+        message_ids = [m.message_id for m in request.messages if m.message_id in known]
+        has_conversation = loaded.subject.conversation is not None
         values = {
             "id": request.run_id,
             "org_id": request.org_id,
             "agent_id": request.agent_id,
             "agent_version_id": request.version_id,
-            "conversation_id": conversation_id,
-            "contact_id": request.contact_id if conversation_id else None,
-            "channel_session_id": request.channel_session_id if conversation_id else None,
-            "inbound_message_id": next((m for m in message_ids if m in known), None),
-            "inbound_message_ids": [m for m in message_ids if m in known],
-            "status": RunStatus.PENDING.value,
+            "conversation_id": request.conversation_id if has_conversation else None,
+            "contact_id": request.contact_id if has_conversation else None,
+            "channel_session_id": request.channel_session_id if has_conversation else None,
+            "inbound_message_id": message_ids[0] if message_ids else None,
+            "inbound_message_ids": message_ids,
+            "status": RunStatus.RUNNING.value,
+            "provider": start.provider,
+            "model": start.model,
+            "started_at": start.started_at,
             "wake_reason": request.wake_reason.value,
             "wake_context": request.wake_context.model_dump(mode="json", exclude_none=True),
             "attempt": request.attempt,
             "parent_run_id": request.parent_run_id,
             "is_dry_run": request.dry_run,
-            "heartbeat_at": datetime.now(UTC),
+            "heartbeat_at": start.started_at,
         }
         # ON CONFLICT DO NOTHING without a target also covers the partial unique index
-        # "one active run per conversation": no exception, just no row.
-        inserted = await session.scalar(
-            insert(AiAgentRun).values(**values).on_conflict_do_nothing().returning(AiAgentRun.id)
-        )
+        # "one active run per conversation": no exception, just no row. (A Core insert: the
+        # ORM's bulk path costs more than the statement.)
+        runs: Table = AiAgentRun.__table__  # type: ignore[assignment]
+        inserted = await session.scalar(insert(runs).values(**values).on_conflict_do_nothing().returning(runs.c.id))
         return inserted is not None
 
     async def _record_unclaimed_parent(self, session: AsyncSession, request: RunRequested) -> None:
@@ -299,110 +367,58 @@ class RunStore:
             )
         )
 
-    async def _subject(self, session: AsyncSession, request: RunRequested) -> RunSubject:
-        version = await session.scalar(
-            select(AiAgentVersion).where(
-                AiAgentVersion.org_id == request.org_id, AiAgentVersion.id == request.version_id
-            )
-        )
-        if version is None:  # the FK on the run row makes this unreachable; keep mypy honest
+    async def _load(self, session: AsyncSession, request: RunRequested) -> _Loaded:
+        """The run's subject, whether its id is taken, which of its messages exist, and every
+        preload's column: one statement (``_subject_query``)."""
+        params: dict[str, Any] = {
+            "org_id": request.org_id,
+            "run_id": request.run_id,
+            "agent_id": request.agent_id,
+            "version_id": request.version_id,
+            "conversation_id": request.conversation_id,
+            "contact_id": request.contact_id,
+            "message_ids": [m.message_id for m in request.messages],
+            "message_count": len(request.messages),
+        }
+        for preload in self._preloads:
+            params.update(preload.params(request))
+        row = (await session.execute(self._subject_sql, params)).one_or_none()
+        if row is None:  # the foreign keys of the request's rows make this unreachable
             raise LookupError(f"version {request.version_id} not found")
-        agent_name = await session.scalar(
-            select(AiAgent.name).where(AiAgent.org_id == request.org_id, AiAgent.id == request.agent_id)
-        )
-        conversation = (
-            await session.execute(
-                select(Conversation, Contact.display_name)
-                .outerjoin(Contact, Contact.id == Conversation.contact_id)
-                .where(Conversation.org_id == request.org_id, Conversation.id == request.conversation_id)
-            )
-        ).one_or_none()
+        col = row._mapping
+        config = VersionConfig(**{name: _version_value(name, col[f"v_{name}"]) for name in _VERSION_COLUMNS})
         info = None
-        if conversation is not None:
-            row, contact_name = conversation
+        if col["c_id"] is not None:
             info = ConversationInfo(
-                id=row.id,
-                chat_id=row.chat_id,
-                channel_session_id=row.channel_session_id,
-                contact_name=contact_name,
-                summary=row.summary,
+                id=col["c_id"],
+                chat_id=col["c_chat_id"],
+                channel_session_id=col["c_channel_session_id"],
+                contact_name=col["contact_name"],
+                summary=col["c_summary"],
             )
-        config = _version_config(version)
-        recent: tuple[HistoryItem, ...] = ()
-        if info is not None and config.history_message_window > 0:
-            # One more than needed: the context knows whether older messages exist beyond the window.
-            limit = config.history_message_window + len(request.messages) + 1
-            rows = (
-                await session.execute(
-                    select(Message.id, Message.direction, Message.body, Message.occurred_at)
-                    .where(Message.org_id == request.org_id, Message.conversation_id == info.id, Message.body != "")
-                    .order_by(Message.occurred_at.desc())
-                    .limit(limit)
-                )
-            ).all()
-            recent = tuple(HistoryItem(r.id, r.direction, r.body, r.occurred_at) for r in rows)
-        return RunSubject(
+        recent = tuple(
+            HistoryItem(uuid.UUID(item_id), direction, body, datetime.fromisoformat(at))
+            for item_id, direction, body, at in col["history"] or ()
+        )
+        subject = RunSubject(
             request=request,
-            agent_name=agent_name or "agent",
+            agent_name=col["agent_name"] or "agent",
             version=config,
             conversation=info,
             recent_messages=recent,
         )
+        values: dict[str, object] = {}
+        for index, preload in enumerate(self._preloads):
+            value = preload.parse(col[f"preload_{index}"], subject)
+            if value is not MISSING:
+                values[preload.key] = value
+        return _Loaded(
+            existing_status=col["existing_status"],
+            subject=replace(subject, preloaded=values) if values else subject,
+            known_message_ids=frozenset(col["known_message_ids"] or ()),
+        )
 
     # ------------------------------------------------------------------ life cycle
-
-    async def start(
-        self,
-        subject: RunSubject,
-        *,
-        provider: str,
-        model: str,
-        started_at: datetime,
-        resolve: Callable[[Session], T] | None = None,
-    ) -> Started[T] | None:
-        """pending → running with ``run_started`` in the outbox; in the same transaction, ``resolve``
-        (the credential lookup, which needs the tenant) runs on a sync session. None if the row was
-        no longer pending (closed meanwhile by a newer attempt)."""
-        request = subject.request
-        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
-            await self._lock_conversation(session, request)
-            result = await session.execute(
-                update(AiAgentRun)
-                .where(
-                    AiAgentRun.org_id == request.org_id,
-                    AiAgentRun.id == request.run_id,
-                    AiAgentRun.status == RunStatus.PENDING.value,
-                )
-                .values(
-                    status=RunStatus.RUNNING.value,
-                    started_at=started_at,
-                    heartbeat_at=started_at,
-                    provider=provider,
-                    model=model,
-                )
-                .returning(AiAgentRun.id)
-            )
-            if result.scalar_one_or_none() is None:
-                return None
-            record = RunStarted(
-                org_id=request.org_id,
-                request_id=request.request_id,
-                conversation_id=request.conversation_id,
-                run_id=request.run_id,
-                agent_id=request.agent_id,
-                version_id=request.version_id,
-                attempt=request.attempt,
-                parent_run_id=request.parent_run_id,
-                wake_reason=request.wake_reason,
-                provider=provider,
-                model=model,
-                runner_id=self._runner_id,
-                started_at=started_at,
-                dry_run=request.dry_run,
-            )
-            enqueue_record(session.sync_session, Topics.RUN_STARTED, record, serde=self._serde)
-            resolved = await session.run_sync(resolve) if resolve is not None else None
-        return Started(resolved)
 
     async def append_trace(
         self,
@@ -448,7 +464,6 @@ class RunStore:
         usage = outcome.usage
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             await self._lock_conversation(session, request)
-            await _append_trace_tail(session, request, finish.trace_tail)
             closed = await session.scalar(
                 update(AiAgentRun)
                 .where(
@@ -478,10 +493,12 @@ class RunStore:
                     started_at=finish.started_at,
                     completed_at=finish.completed_at,
                     **_with_steered(request, finish.steered_message_ids),
+                    **_with_trace_tail(finish),
                 )
                 .returning(AiAgentRun.id)
             )
             if closed is None:
+                await _append_trace_tail(session, request, finish.trace_tail, finish.prompt)
                 await session.run_sync(_add_usage, request, usage, outcome.cost_micros, finish.completed_at)
                 return False
             if finish.invalid_credential_id is not None:
@@ -534,7 +551,7 @@ class RunStore:
         request = subject.request
         outcome, cls = finish.outcome, finish.classification
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
-            await _append_trace_tail(session, request, finish.trace_tail)
+            await _append_trace_tail(session, request, finish.trace_tail, finish.prompt)
             await session.execute(
                 update(AiAgentRun)
                 .where(
@@ -683,6 +700,17 @@ def _with_steered(request: RunRequested, steered: Sequence[uuid.UUID]) -> dict[s
     return {"inbound_message_ids": func.array_cat(AiAgentRun.inbound_message_ids, cast(array(added), uuids))}
 
 
+def _with_trace_tail(finish: Finish) -> dict[str, Any]:
+    """The trace entries and prompt the terminal update writes with the outcome (one statement)."""
+    values: dict[str, Any] = {}
+    if finish.trace_tail:
+        entries = json.dumps(list(finish.trace_tail), default=str, ensure_ascii=False)
+        values["tool_calls"] = AiAgentRun.tool_calls.op("||")(cast(literal(entries, Text()), JSONB))
+    if finish.prompt is not None:  # no append wrote it: this is the first write of the trace
+        values["prompt"] = finish.prompt
+    return values
+
+
 def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
@@ -736,17 +764,24 @@ def run_completed(subject: RunSubject, finish: Finish) -> RunCompleted:
     )
 
 
-async def _append_trace_tail(session: AsyncSession, request: RunRequested, entries: Sequence[dict[str, Any]]) -> None:
-    """The last trace entries (those written at the very end of a run), in the closing transaction."""
-    if not entries:
+async def _append_trace_tail(
+    session: AsyncSession,
+    request: RunRequested,
+    entries: Sequence[dict[str, Any]],
+    prompt: dict[str, Any] | None = None,
+) -> None:
+    """The last trace entries (and the prompt, if not written yet), in the closing transaction."""
+    if not entries and prompt is None:
         return
     await session.execute(
         text(
-            "UPDATE ai_agent_runs SET tool_calls = tool_calls || CAST(:entries AS jsonb)"
+            "UPDATE ai_agent_runs SET tool_calls = tool_calls || CAST(:entries AS jsonb),"
+            " prompt = coalesce(CAST(:prompt AS jsonb), prompt)"
             " WHERE org_id = :org AND id = :run"
         ),
         {
             "entries": json.dumps(list(entries), default=str, ensure_ascii=False),
+            "prompt": None if prompt is None else json.dumps(prompt, ensure_ascii=False),
             "org": request.org_id,
             "run": request.run_id,
         },

@@ -162,7 +162,9 @@ class _NestedTrace:
         self._parent = parent
         self.entries: list[dict[str, Any]] = []
 
-    async def append(self, entries: list[dict[str, Any]], *, steps: int, usage: TokenUsage, cost: int) -> None:
+    async def append(
+        self, entries: list[dict[str, Any]], *, steps: int, usage: TokenUsage, cost: int, final: bool = False
+    ) -> None:
         self.entries.extend({**self._mark, **entry} for entry in entries)  # a deeper mark wins
         self._parent.touch()
 

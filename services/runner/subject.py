@@ -7,6 +7,7 @@ and tests never touch the database.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -91,6 +92,8 @@ class RunSubject:
     conversation: ConversationInfo | None
     # The conversation's latest messages, newest first, loaded with the subject (one transaction).
     recent_messages: tuple[HistoryItem, ...] = ()
+    # Context the readers read in the same transaction, by their key (services/runner/preload.py).
+    preloaded: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def inbound_text(self) -> str:

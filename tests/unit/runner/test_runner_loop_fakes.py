@@ -111,7 +111,9 @@ class Events:
 class Trace:
     entries: list[dict[str, Any]] = field(default_factory=list)
 
-    async def append(self, entries: list[dict[str, Any]], *, steps: int, usage: TokenUsage, cost: int) -> None:
+    async def append(
+        self, entries: list[dict[str, Any]], *, steps: int, usage: TokenUsage, cost: int, final: bool = False
+    ) -> None:
         self.entries.extend(entries)
 
 
