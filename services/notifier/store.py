@@ -7,12 +7,16 @@ commits what the channel answered afterwards.
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, exists, select, update
+from sqlalchemy import bindparam, exists, select, text, update
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -21,7 +25,7 @@ from services.notifier.metrics import MESSAGES_DELIVERED
 from switchboard.contracts import HandoffTriggered, RunCompleted
 from switchboard.crypto import CryptoError, KeyRing, Sealed
 from switchboard.db.enums import ConversationStatus, MessageDeliveryStatus, MessageDirection, MessageSender
-from switchboard.db.models import AiAgentRun, ChannelSession, Conversation, Message
+from switchboard.db.models import ChannelSession, Conversation, Message
 from switchboard.db.models.notifications import (
     DeliveryKind,
     DeliveryState,
@@ -37,6 +41,95 @@ from switchboard.observability.scrubbing import scrub_text
 from switchboard.rotation import channel_session_aad
 
 ERROR_MESSAGE_LIMIT = 500
+# How long a channel session's route (and its opened API key) is reused before it is read again:
+# a send per reply would otherwise cost a query and an AES-GCM open. A session's new API key or
+# base URL reaches the sends this much later (docs/notifier.md "Routes").
+ROUTE_TTL_S = 10.0
+
+_UUID = PG_UUID(as_uuid=True)
+
+# The reply's message row, or the one an earlier delivery of the same event stored (the no-op
+# ON CONFLICT DO UPDATE makes RETURNING give that row): one round trip either way.
+_RECORD_REPLY = text(
+    """
+INSERT INTO messages AS m (id, org_id, conversation_id, channel_session_id, direction, sender, dedupe_key, body,
+                           delivery_status, run_id, attributes)
+VALUES (:id, :org_id, :conversation_id, :channel_session_id, :direction, :sender, :dedupe_key, :body,
+        :delivery_status, :run_id, CAST(:attributes AS jsonb))
+ON CONFLICT (channel_session_id, dedupe_key) DO UPDATE SET dedupe_key = m.dedupe_key
+RETURNING m.id, m.body
+"""
+).bindparams(*(bindparam(n, type_=_UUID) for n in ("id", "org_id", "conversation_id", "channel_session_id", "run_id")))
+
+_CLAIM = text(
+    """
+INSERT INTO run_deliveries (id, org_id, run_id, message_id, kind, channel, status)
+VALUES (:id, :org_id, :run_id, :message_id, :kind, :channel, :status)
+ON CONFLICT (message_id) DO NOTHING
+RETURNING id
+"""
+).bindparams(*(bindparam(n, type_=_UUID) for n in ("id", "org_id", "run_id", "message_id")))
+
+# What the channel answered, on the claim, the message and (for the reply) the run: one statement.
+# WAHA echoes our own message as a webhook; ingest may have stored that echo first, holding the
+# external id — then ours keeps none.
+_RECORD_OUTCOME = text(
+    """
+WITH delivery AS (
+    UPDATE run_deliveries
+    SET status = :delivery_state, attempts = :attempts, external_id = :external_id, error_code = :error_code,
+        error_message = :error_message, completed_at = :completed_at, updated_at = now()
+    WHERE org_id = :org_id AND message_id = :message_id
+), message AS (
+    UPDATE messages AS m
+    SET delivery_status = :message_status, delivery_error = :error_code, updated_at = now(),
+        external_id = CASE
+            WHEN CAST(:external_id AS text) IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM messages AS other
+                WHERE other.channel_session_id = m.channel_session_id AND other.external_id = :external_id)
+            THEN :external_id ELSE m.external_id END
+    WHERE m.org_id = :org_id AND m.id = :message_id
+)
+UPDATE ai_agent_runs SET outbound_message_id = :message_id, updated_at = now()
+WHERE :is_reply AND org_id = :org_id AND id = :run_id
+"""
+).bindparams(*(bindparam(n, type_=_UUID) for n in ("org_id", "message_id", "run_id")))
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """An outbound message that may be claimed: the reply or an intent the send tool queued."""
+
+    message_id: uuid.UUID
+    channel_session_id: uuid.UUID
+    text: str
+    kind: DeliveryKind
+    chat_id: str
+
+
+class RouteCache:
+    """Routes by (org, channel session) for ``ROUTE_TTL_S``; a miss reads through ``load``."""
+
+    def __init__(self, ttl_s: float = ROUTE_TTL_S) -> None:
+        self._ttl_s = ttl_s
+        self._entries: dict[tuple[uuid.UUID, uuid.UUID], tuple[float, tuple[Route | None, str | None]]] = {}
+
+    async def get(
+        self,
+        org_id: uuid.UUID,
+        channel_session_id: uuid.UUID,
+        load: Callable[[], Awaitable[tuple[Route | None, str | None]]],
+    ) -> tuple[Route | None, str | None]:
+        key = (org_id, channel_session_id)
+        now = time.monotonic()
+        cached = self._entries.get(key)
+        if cached is not None and now - cached[0] < self._ttl_s:
+            return cached[1]
+        value = await load()
+        if len(self._entries) > 10_000:
+            self._entries.clear()
+        self._entries[key] = (now, value)
+        return value
 
 
 def reply_dedupe_key(run_id: uuid.UUID) -> str:
@@ -81,6 +174,7 @@ class NotifierStore:
         self._sessions = sessions
         self._keyring = keyring
         self._waha_base_url = waha_base_url
+        self._routes = RouteCache()
 
     # ------------------------------------------------------------------ customer messages
 
@@ -93,13 +187,10 @@ class NotifierStore:
         """
         org_id = completed.org_id
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            reply_id = await self._record_reply(session, completed)
             candidates = await self._intents(session, org_id, completed.run_id)
-            if reply_id is not None:
-                reply = await session.get_one(Message, reply_id)
-                target = completed.would_send_to
-                assert target is not None  # _record_reply returned an id
-                candidates.append((reply, DeliveryKind.REPLY, target.chat_id))
+            reply = await self._record_reply(session, completed)
+            if reply is not None:
+                candidates.append(reply)
             return await self._claim(session, org_id, completed.run_id, candidates)
 
     async def claim_intents(self, org_id: uuid.UUID, run_id: uuid.UUID) -> list[Claimed]:
@@ -108,83 +199,75 @@ class NotifierStore:
             return await self._claim(session, org_id, run_id, await self._intents(session, org_id, run_id))
 
     async def _claim(
-        self,
-        session: AsyncSession,
-        org_id: uuid.UUID,
-        run_id: uuid.UUID,
-        candidates: list[tuple[Message, DeliveryKind, str]],
+        self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID, candidates: list[_Candidate]
     ) -> list[Claimed]:
         """One ``run_deliveries`` claim per message, won at most once ever (unique message id)."""
-        routes: dict[uuid.UUID, tuple[Route | None, str | None]] = {}
         claimed: list[Claimed] = []
-        for message, kind, chat_id in candidates:
-            if message.channel_session_id not in routes:
-                routes[message.channel_session_id] = await self._route(session, org_id, message.channel_session_id)
-            route, route_error = routes[message.channel_session_id]
+        for candidate in candidates:
+            route, route_error = await self._routes.get(
+                org_id,
+                candidate.channel_session_id,
+                lambda c=candidate: self._route(session, org_id, c.channel_session_id),  # type: ignore[misc]
+            )
             won = await session.scalar(
-                insert(RunDelivery)
-                .values(
-                    org_id=org_id,
-                    run_id=run_id,
-                    message_id=message.id,
-                    kind=kind.value,
-                    channel=route.channel if route else "none",
-                    status=DeliveryState.SENDING.value,
-                )
-                .on_conflict_do_nothing(index_elements=[RunDelivery.message_id])
-                .returning(RunDelivery.id)
+                _CLAIM,
+                {
+                    "id": uuid.uuid4(),
+                    "org_id": org_id,
+                    "run_id": run_id,
+                    "message_id": candidate.message_id,
+                    "kind": candidate.kind.value,
+                    "channel": route.channel if route else "none",
+                    "status": DeliveryState.SENDING.value,
+                },
             )
             if won is None:
                 interrupted = await session.execute(
                     update(RunDelivery)
                     .where(
-                        RunDelivery.message_id == message.id,
+                        RunDelivery.message_id == candidate.message_id,
                         RunDelivery.status == DeliveryState.SENDING.value,
                     )
                     .values(status=DeliveryState.UNKNOWN.value, error_code="interrupted")
                 )
                 if getattr(interrupted, "rowcount", 0):
-                    MESSAGES_DELIVERED.labels(route.channel if route else "none", kind.value, "unknown").inc()
+                    MESSAGES_DELIVERED.labels(route.channel if route else "none", candidate.kind.value, "unknown").inc()
                 continue
-            claimed.append(Claimed(message.id, kind, message.body, chat_id, route, route_error))
+            claimed.append(
+                Claimed(candidate.message_id, candidate.kind, candidate.text, candidate.chat_id, route, route_error)
+            )
         return claimed
 
-    async def _record_reply(self, session: AsyncSession, completed: RunCompleted) -> uuid.UUID | None:
+    async def _record_reply(self, session: AsyncSession, completed: RunCompleted) -> _Candidate | None:
         target = completed.would_send_to
         text = (completed.final_text or "").strip()
         if target is None or not text or is_internal_chat(target.chat_id):
             return None  # nothing to say, or nobody to say it to (an internal conversation)
         key = reply_dedupe_key(completed.run_id)
-        await session.execute(
-            insert(Message)
-            .values(
-                org_id=completed.org_id,
-                conversation_id=completed.conversation_id,
-                channel_session_id=target.channel_session_id,
-                direction=MessageDirection.OUTBOUND.value,
-                sender=MessageSender.AGENT.value,
-                dedupe_key=key,
-                body=text,
-                delivery_status=MessageDeliveryStatus.PENDING.value,
-                run_id=completed.run_id,
-                attributes={"kind": DeliveryKind.REPLY.value, "agent_id": str(completed.agent_id)},
+        row = (
+            await session.execute(
+                _RECORD_REPLY,
+                {
+                    "id": uuid.uuid4(),
+                    "org_id": completed.org_id,
+                    "conversation_id": completed.conversation_id,
+                    "channel_session_id": target.channel_session_id,
+                    "direction": MessageDirection.OUTBOUND.value,
+                    "sender": MessageSender.AGENT.value,
+                    "dedupe_key": key,
+                    "body": text,
+                    "delivery_status": MessageDeliveryStatus.PENDING.value,
+                    "run_id": completed.run_id,
+                    "attributes": json.dumps({"kind": DeliveryKind.REPLY.value, "agent_id": str(completed.agent_id)}),
+                },
             )
-            .on_conflict_do_nothing(index_elements=[Message.channel_session_id, Message.dedupe_key])
-        )
-        return await session.scalar(
-            select(Message.id).where(
-                Message.org_id == completed.org_id,
-                Message.channel_session_id == target.channel_session_id,
-                Message.dedupe_key == key,
-            )
-        )
+        ).one()
+        return _Candidate(row.id, target.channel_session_id, row.body, DeliveryKind.REPLY, target.chat_id)
 
-    async def _intents(
-        self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID
-    ) -> list[tuple[Message, DeliveryKind, str]]:
+    async def _intents(self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID) -> list[_Candidate]:
         """Outbound messages the agent's send tool queued during the run, oldest first."""
         rows = await session.execute(
-            select(Message, Conversation.chat_id)
+            select(Message.id, Message.channel_session_id, Message.body, Conversation.chat_id)
             .join(Conversation, Conversation.id == Message.conversation_id)
             .where(
                 Message.org_id == org_id,
@@ -195,14 +278,25 @@ class NotifierStore:
             )
             .order_by(Message.created_at, Message.id)
         )
-        return [(message, DeliveryKind.INTENT, chat_id) for message, chat_id in rows.all()]
+        return [_Candidate(r.id, r.channel_session_id, r.body, DeliveryKind.INTENT, r.chat_id) for r in rows]
 
     async def _route(
         self, session: AsyncSession, org_id: uuid.UUID, channel_session_id: uuid.UUID
     ) -> tuple[Route | None, str | None]:
-        row = await session.scalar(
-            select(ChannelSession).where(ChannelSession.org_id == org_id, ChannelSession.id == channel_session_id)
-        )
+        row = (
+            await session.execute(
+                select(
+                    ChannelSession.id,
+                    ChannelSession.provider,
+                    ChannelSession.base_url,
+                    ChannelSession.external_session,
+                    ChannelSession.api_key_ciphertext,
+                    ChannelSession.api_key_iv,
+                    ChannelSession.api_key_tag,
+                    ChannelSession.api_key_key_id,
+                ).where(ChannelSession.org_id == org_id, ChannelSession.id == channel_session_id)
+            )
+        ).one_or_none()
         if row is None:
             return None, "channel_session_missing"
         secret: str | None = None
@@ -232,51 +326,24 @@ class NotifierStore:
     ) -> None:
         """What the channel answered, on the claim, the message and (for the reply) the run."""
         delivered = error_code is None
-        now = datetime.now(UTC)
         message = None if error_message is None else scrub_text(error_message)[:ERROR_MESSAGE_LIMIT]
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
             await session.execute(
-                update(RunDelivery)
-                .where(RunDelivery.org_id == org_id, RunDelivery.message_id == claimed.message_id)
-                .values(
-                    status=(DeliveryState.SENT if delivered else DeliveryState.FAILED).value,
-                    attempts=attempts,
-                    external_id=external_id,
-                    error_code=error_code,
-                    error_message=message,
-                    completed_at=now,
-                )
+                _RECORD_OUTCOME,
+                {
+                    "org_id": org_id,
+                    "message_id": claimed.message_id,
+                    "run_id": run_id,
+                    "is_reply": claimed.kind is DeliveryKind.REPLY,
+                    "delivery_state": (DeliveryState.SENT if delivered else DeliveryState.FAILED).value,
+                    "attempts": attempts,
+                    "external_id": external_id,
+                    "error_code": error_code,
+                    "error_message": message,
+                    "completed_at": datetime.now(UTC),
+                    "message_status": (MessageDeliveryStatus.SENT if delivered else MessageDeliveryStatus.FAILED).value,
+                },
             )
-            values: dict[str, Any] = {
-                "delivery_status": (MessageDeliveryStatus.SENT if delivered else MessageDeliveryStatus.FAILED).value,
-                "delivery_error": error_code,
-            }
-            await session.execute(
-                update(Message).where(Message.org_id == org_id, Message.id == claimed.message_id).values(**values)
-            )
-            if external_id is not None:
-                # WAHA echoes our own message as a webhook; ingest may have stored that echo first.
-                other = Message.__table__.alias("other")
-                await session.execute(
-                    update(Message)
-                    .where(
-                        Message.org_id == org_id,
-                        Message.id == claimed.message_id,
-                        ~exists().where(
-                            and_(
-                                other.c.channel_session_id == Message.channel_session_id,
-                                other.c.external_id == external_id,
-                            )
-                        ),
-                    )
-                    .values(external_id=external_id)
-                )
-            if claimed.kind is DeliveryKind.REPLY:
-                await session.execute(
-                    update(AiAgentRun)
-                    .where(AiAgentRun.org_id == org_id, AiAgentRun.id == run_id)
-                    .values(outbound_message_id=claimed.message_id)
-                )
 
     async def cancel_intents(self, org_id: uuid.UUID, run_id: uuid.UUID, reason: str) -> int:
         """Queued intents of a run that must not be sent (handoff, failure): marked failed, never claimed."""

@@ -22,6 +22,10 @@ them. The rules it keeps (docs/api.md, "Outbox relay", says why):
   outage or a missing topic counts nothing and is retried with backoff forever.
 - **Polling, not LISTEN/NOTIFY.** Back to back while there is work; when idle, the
   pause doubles from ``idle_poll_min_s`` to ``idle_poll_max_s``.
+- **One connection.** The leader runs its statements on the lock connection itself, in
+  autocommit (each is one statement; only the leader touches unpublished rows), with raw
+  psycopg: no pool, no transaction round trips, no SQLAlchemy on a loop that runs the
+  same few statements thousands of times a minute.
 - **Pruning.** Published rows older than ``retention`` (and dead-lettered rows older
   than ``dead_letter_retention``) are deleted in small batches between publishes.
 
@@ -41,7 +45,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import psycopg
 from aiokafka import AIOKafkaProducer
@@ -56,13 +60,12 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
+from psycopg.rows import namedtuple_row
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from switchboard.contracts import DeadLetter, Header, Serde, Topics, encode_key, topic_named
-from switchboard.db.session import create_async_engine
 from switchboard.observability.logging import get_logger
 from switchboard.observability.metrics import (
     OUTBOX_BACKLOG,
@@ -79,9 +82,6 @@ from switchboard.observability.metrics import (
 )
 from switchboard.observability.scrubbing import scrub_text
 from switchboard.settings import ServiceSettings
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = get_logger(__name__)
 
@@ -249,39 +249,36 @@ async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), timeout=seconds)
 
 
-_FETCH = text(
-    """
+_FETCH = """
     WITH candidates AS (
         SELECT id, topic, key, payload, headers, attempts, created_at,
                octet_length(payload) + coalesce(octet_length(key), 0) AS size
         FROM outbox
         WHERE published_at IS NULL AND dead_lettered_at IS NULL
-          AND topic <> ALL(CAST(:held_topics AS text[]))
-          AND id <> ALL(CAST(:held_ids AS bigint[]))
+          AND topic <> ALL(CAST(%(held_topics)s AS text[]))
+          AND id <> ALL(CAST(%(held_ids)s AS bigint[]))
           AND NOT EXISTS (
-              SELECT 1 FROM unnest(CAST(:held_key_topics AS text[]), CAST(:held_keys AS bytea[])) AS h(topic, key)
+              SELECT 1 FROM unnest(CAST(%(held_key_topics)s AS text[]), CAST(%(held_keys)s AS bytea[])) AS h(topic, key)
               WHERE h.topic = outbox.topic AND h.key = outbox.key
           )
         ORDER BY id
-        LIMIT :limit
+        LIMIT %(limit)s
     )
     SELECT id, topic, key, payload, headers, attempts, created_at
     FROM (SELECT *, sum(size) OVER (ORDER BY id) - size AS bytes_before FROM candidates) AS c
-    WHERE bytes_before < :max_bytes
+    WHERE bytes_before < %(max_bytes)s
     ORDER BY id
     """
-)
-_MARK_PUBLISHED = text("UPDATE outbox SET published_at = now() WHERE id = ANY(CAST(:ids AS bigint[]))")
-_COUNT_ATTEMPT = text(
-    "UPDATE outbox SET attempts = attempts + 1, last_error = :error WHERE id = :id AND published_at IS NULL"
+_MARK_PUBLISHED = "UPDATE outbox SET published_at = now() WHERE id = ANY(CAST(%(ids)s AS bigint[]))"
+_COUNT_ATTEMPT = (
+    "UPDATE outbox SET attempts = attempts + 1, last_error = %(error)s WHERE id = %(id)s AND published_at IS NULL"
     " RETURNING attempts"
 )
-_NOTE_ERROR = text("UPDATE outbox SET last_error = :error WHERE id = ANY(CAST(:ids AS bigint[]))")
-_MARK_DEAD = text(
-    "UPDATE outbox SET dead_lettered_at = now() WHERE id = :id AND published_at IS NULL AND dead_lettered_at IS NULL"
+_NOTE_ERROR = "UPDATE outbox SET last_error = %(error)s WHERE id = ANY(CAST(%(ids)s AS bigint[]))"
+_MARK_DEAD = (
+    "UPDATE outbox SET dead_lettered_at = now() WHERE id = %(id)s AND published_at IS NULL AND dead_lettered_at IS NULL"
 )
-_BACKLOG = text(
-    f"""
+_BACKLOG = f"""
     SELECT
       (SELECT count(*) FROM (SELECT 1 FROM outbox WHERE published_at IS NULL AND dead_lettered_at IS NULL
                              LIMIT {BACKLOG_COUNT_CAP}) AS p) AS pending,
@@ -289,23 +286,24 @@ _BACKLOG = text(
         WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY id LIMIT 1) AS oldest_age_s,
       (SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL) AS dead_lettered
     """
-)
-_PRUNE_PUBLISHED = text(
-    """
+_PRUNE_PUBLISHED = """
     DELETE FROM outbox WHERE id IN (
         SELECT id FROM outbox
-        WHERE published_at < now() - make_interval(secs => CAST(:age_s AS double precision))
-        ORDER BY published_at LIMIT :limit)
+        WHERE published_at < now() - make_interval(secs => CAST(%(age_s)s AS double precision))
+        ORDER BY published_at LIMIT %(limit)s)
     """
-)
-_PRUNE_DEAD = text(
-    """
+_PRUNE_DEAD = """
     DELETE FROM outbox WHERE id IN (
         SELECT id FROM outbox
-        WHERE dead_lettered_at < now() - make_interval(secs => CAST(:age_s AS double precision))
-        ORDER BY dead_lettered_at LIMIT :limit)
+        WHERE dead_lettered_at < now() - make_interval(secs => CAST(%(age_s)s AS double precision))
+        ORDER BY dead_lettered_at LIMIT %(limit)s)
     """
-)
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    rows: list[Any]
+    rowcount: int
 
 
 class OutboxRelay:
@@ -317,7 +315,7 @@ class OutboxRelay:
         self._kafka = settings.kafka
         self._serde = Serde.from_settings(settings.kafka)
         self._url = settings.database.url.get_secret_value()
-        self._engine: AsyncEngine | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None  # the lock connection, while leading
         self._producer: Any = None
         self._holds = _Holds()
         self._leading = False
@@ -366,9 +364,6 @@ class OutboxRelay:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Contend for the lock, lead until ``stop`` or until the lock is lost, and again."""
-        self._engine = create_async_engine(
-            self._url, pool_size=2, connect_args={"application_name": f"{APPLICATION_NAME}-work"}
-        )
         self._stopping = stop
         backoff = self._settings.retry_backoff_s
         try:
@@ -400,8 +395,6 @@ class OutboxRelay:
         finally:
             self._connected = False
             self._stopping = None
-            await self._engine.dispose()
-            self._engine = None
 
     async def _acquire(self, stop: asyncio.Event) -> psycopg.AsyncConnection[Any] | None:
         """Open the dedicated lock connection and wait until the advisory lock is ours (None if stopped)."""
@@ -423,6 +416,7 @@ class OutboxRelay:
                     keepalives_interval=5,
                     keepalives_count=3,
                     options="-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3",
+                    row_factory=namedtuple_row,
                 )
                 self._connected = True
                 backoff = settings.retry_backoff_s
@@ -454,6 +448,7 @@ class OutboxRelay:
         if self._leading:
             log.info("outbox relay stepping down", extra={"pid": os.getpid()})
         self._leading = False
+        self._conn = None
         OUTBOX_RELAY_LEADER.set(0)
         # Only the leader reports the backlog: a follower's stale numbers would mislead max().
         OUTBOX_BACKLOG.set(0)
@@ -481,6 +476,7 @@ class OutboxRelay:
             request_timeout_ms=int(settings.request_timeout_s * 1000),
         )
         await self._producer.start()
+        self._conn = lock_conn
         self._leading = True
         self._holds = _Holds()
         OUTBOX_RELAY_LEADER.set(1)
@@ -521,10 +517,21 @@ class OutboxRelay:
         except (psycopg.Error, OSError, TimeoutError) as exc:
             raise LeadershipLost(scrub_text(str(exc)) or type(exc).__name__) from exc
 
-    async def _db(self, statement: Any, params: dict[str, Any]) -> Any:
-        assert self._engine is not None
-        async with self._engine.begin() as conn:
-            return await conn.execute(statement, params)
+    async def _db(self, statement: str, params: dict[str, Any]) -> _Result:
+        """One statement on the lock connection (autocommit): the relay's only connection. Raw psycopg,
+        no pool and no transaction around a single statement: the relay runs the same few statements
+        back to back, and SQLAlchemy's engine and transaction cost several times their work
+        (docs/benchmarks.md "End to end")."""
+        conn = self._conn
+        if conn is None:
+            raise LeadershipLost("no lock connection")
+        try:
+            cursor = await conn.execute(statement, params)
+            rows = await cursor.fetchall() if cursor.description is not None else []
+        except (psycopg.OperationalError, OSError) as exc:
+            raise LeadershipLost(scrub_text(str(exc)) or type(exc).__name__) from exc
+        self._next_lock_check = time.monotonic() + self._settings.lock_check_s  # the connection answered
+        return _Result(rows, cursor.rowcount)
 
     async def _fetch(self) -> list[OutboxRow]:
         holds = self._holds
@@ -551,7 +558,7 @@ class OutboxRelay:
                 attempts=r.attempts,
                 created_at=r.created_at,
             )
-            for r in result
+            for r in result.rows
         ]
 
     async def _unavailable_topics(self, rows: Sequence[OutboxRow]) -> dict[str, Failure] | None:
@@ -716,8 +723,7 @@ class OutboxRelay:
 
     async def _count_attempt(self, row: OutboxRow, failure: Failure) -> int | None:
         result = await self._db(_COUNT_ATTEMPT, {"id": row.id, "error": f"{failure.code}: {failure.message}"})
-        value = result.scalar_one_or_none()
-        return int(value) if value is not None else None
+        return int(result.rows[0].attempts) if result.rows else None
 
     async def _dead_letter(self, row: OutboxRow, failure: Failure, attempts: int) -> bool:
         """Publish ``row`` to the dead-letter topic and mark it; False if that failed (retried later)."""
@@ -788,7 +794,7 @@ class OutboxRelay:
 
     async def refresh_metrics(self) -> None:
         """Set the backlog gauges from the table (any instance may call it; the leader does periodically)."""
-        row = (await self._db(_BACKLOG, {})).one()
+        row = (await self._db(_BACKLOG, {})).rows[0]
         self._last_backlog = int(row.pending)
         OUTBOX_BACKLOG.set(row.pending)
         OUTBOX_OLDEST_AGE.set(float(row.oldest_age_s or 0.0))

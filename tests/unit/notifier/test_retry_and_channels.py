@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import random
+import uuid
 
 import httpx
 import pytest
@@ -14,6 +16,7 @@ from services.notifier.channels.base import raise_for_response
 from services.notifier.channels.waha import WahaChannel, _message_id
 from services.notifier.channels.webhook import SIGNATURE_HEADER, WebhookChannel, signed_headers
 from services.notifier.retry import RetryPolicy, send_with_retry
+from services.notifier.store import RouteCache
 
 
 @pytest.mark.parametrize(
@@ -132,3 +135,22 @@ async def test_transport_failures_are_transient_with_stable_codes(exc: Exception
         with pytest.raises(ChannelError) as caught:
             await channel.send(Destination("http://waha", "s", "55@c.us", secret="k"), "oi", idempotency_key="m1")
     assert caught.value.code == code and caught.value.transient
+
+
+async def test_a_route_is_read_once_per_ttl_and_again_after_it() -> None:
+    """The notifier reads a channel session's route (and opens its key) once per ROUTE_TTL_S."""
+
+    loads: list[int] = []
+
+    async def load() -> tuple[None, str]:
+        loads.append(1)
+        return None, f"route-{len(loads)}"
+
+    org, session = uuid.uuid4(), uuid.uuid4()
+    cache = RouteCache(ttl_s=0.2)
+    assert await cache.get(org, session, load) == (None, "route-1")
+    assert await cache.get(org, session, load) == (None, "route-1")
+    assert await cache.get(org, uuid.uuid4(), load) == (None, "route-2")  # another session: its own read
+    await asyncio.sleep(0.25)
+    assert await cache.get(org, session, load) == (None, "route-3")
+    assert len(loads) == 3
