@@ -56,4 +56,19 @@ def run_service(
     ``serve_health=False`` is for services that answer the probes themselves (the API).
     """
     configure_logging(name, level=settings.runtime.log_level, json_logs=settings.runtime.log_json)
+    if settings.runtime.uvloop:
+        _use_uvloop(name)
     asyncio.run(_serve(name, main, settings, readiness, serve_health))
+
+
+def _use_uvloop(name: str) -> None:
+    """uvloop's event loop for every service (``SWITCHBOARD_UVLOOP``, default on): the services are
+    bound by per-event Python overhead, and asyncio's own loop — every socket wait registers a reader
+    through pure-Python bookkeeping — was a sixth of it in the dispatcher and a twentieth of the
+    runner (docs/benchmarks.md). Falls back to asyncio's loop when uvloop is not installed."""
+    try:
+        import uvloop
+    except ImportError:
+        log.warning("uvloop is not installed; using the asyncio event loop", extra={"service_name": name})
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

@@ -48,6 +48,8 @@ class RuntimeSettings(SharedSettings):
     env: Environment = Environment.DEVELOPMENT
     log_level: str = "INFO"
     log_json: bool = True
+    # Run services on uvloop's event loop when it is installed (switchboard.lifecycle).
+    uvloop: bool = True
 
     @property
     def is_production(self) -> bool:

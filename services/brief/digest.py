@@ -102,13 +102,27 @@ class Promotion:
     approvals: int
 
 
+@dataclass(frozen=True, slots=True)
+class RunTotals:
+    """The day's runs counted by the database: how many, how many replied, what they cost."""
+
+    runs: int
+    replies: int
+    spend_micros: int
+
+
 @dataclass(frozen=True)
 class DayInputs:
-    """Everything one day's digest depends on (loaded by ``services.brief.store``)."""
+    """Everything one day's digest depends on (loaded by ``services.brief.store``).
+
+    ``runs``: the run facts the sections read one by one — with ``totals`` given, only those
+    that executed or proposed an action (the store counts the rest in SQL instead of
+    loading every run of the day); without it, every run, and the totals are theirs."""
 
     day: date
     time_zone: str
     runs: Sequence[RunFact] = ()
+    totals: RunTotals | None = None
     handoffs: int = 0
     spend_yesterday_micros: int = 0
     insights: Sequence[InsightFact] = ()
@@ -168,10 +182,19 @@ def _count(n: int, singular: str) -> str:
 # --------------------------------------------------------------------------- sections
 
 
+def totals(inputs: DayInputs) -> RunTotals:
+    if inputs.totals is not None:
+        return inputs.totals
+    return RunTotals(
+        runs=len(inputs.runs),
+        replies=sum(1 for r in inputs.runs if r.replied),
+        spend_micros=sum(r.cost_micros for r in inputs.runs),
+    )
+
+
 def pulse(inputs: DayInputs) -> dict[str, Any]:
-    runs = len(inputs.runs)
-    replies = sum(1 for r in inputs.runs if r.replied)
-    spend = sum(r.cost_micros for r in inputs.runs)
+    counted = totals(inputs)
+    runs, replies, spend = counted.runs, counted.replies, counted.spend_micros
     text = (
         f"{_count(runs, 'run')} · {_count(replies, 'reply')} · {_count(inputs.handoffs, 'handoff')} · "
         f"spend {money(spend)} (yesterday {money(inputs.spend_yesterday_micros)})"

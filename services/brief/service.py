@@ -58,6 +58,7 @@ class Brief:
             serde=serde,
             max_batch=settings.max_batch,
             consumer_options={"fetch_max_wait_ms": settings.batch_wait_ms, "fetch_min_bytes": FILL_BYTES},
+            across_partitions=True,
         )
         task = asyncio.create_task(self._consumer.run(stop), name="brief-consumer")
         self._started.set()

@@ -11,12 +11,13 @@ from collections.abc import Iterable, Sequence
 from datetime import date, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, and_, func, select, tuple_
+from sqlalchemy import BigInteger, and_, bindparam, func, select, text, tuple_
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from services.brief.catalog import DigestCatalog
-from services.brief.digest import DayInputs, InsightFact, Promotion, RunFact, compose
+from services.brief.digest import DayInputs, InsightFact, Promotion, RunFact, RunTotals, compose
 from services.brief.facts import Fact
 from switchboard.db.daily_brief import lock_day, open_todo_items
 from switchboard.db.enums import AutonomyMode, DecisionStatus
@@ -88,6 +89,26 @@ def _facts(session: Session, org_id: uuid.UUID, day: date, kind: BriefFactKind) 
     )
 
 
+_RUN_TOTALS = text(
+    """
+    SELECT count(*) AS runs,
+           count(*) FILTER (WHERE (f.payload ->> 'replied')::boolean) AS replies,
+           coalesce(sum((f.payload ->> 'cost_micros')::bigint), 0) AS spend
+    FROM brief_facts AS f
+    WHERE f.org_id = :org_id AND f.day = :day AND f.kind = :kind
+    """
+).bindparams(bindparam("org_id", type_=PG_UUID(as_uuid=True)))
+_RUNS_WITH_ACTIONS = text(
+    """
+    SELECT f.payload FROM brief_facts AS f
+    WHERE f.org_id = :org_id AND f.day = :day AND f.kind = :kind
+      AND (jsonb_array_length(coalesce(f.payload -> 'executed', '[]')) > 0
+           OR jsonb_array_length(coalesce(f.payload -> 'proposed', '[]')) > 0)
+    ORDER BY f.fact_key
+    """
+).bindparams(bindparam("org_id", type_=PG_UUID(as_uuid=True)))
+
+
 def _spend(session: Session, org_id: uuid.UUID, day: date) -> int:
     total = session.scalar(
         select(func.coalesce(func.sum(BriefFact.payload["cost_micros"].astext.cast(BigInteger)), 0)).where(
@@ -155,8 +176,23 @@ def promotions(session: Session, org_id: uuid.UUID, threshold: int) -> list[Prom
     return [Promotion(area=a, action_type=t, approvals=int(n)) for a, t, n in session.execute(query)]
 
 
+def _run_totals(session: Session, org_id: uuid.UUID, day: date) -> RunTotals:
+    """Runs, replies and spend of the day, counted in SQL: a busy day has thousands of run facts, and
+    parsing them all on every batch made the digest cost grow with the day (docs/brief.md)."""
+    row = session.execute(_RUN_TOTALS, {"org_id": org_id, "day": day, "kind": BriefFactKind.RUN.value}).one()
+    return RunTotals(runs=int(row.runs), replies=int(row.replies), spend_micros=int(row.spend))
+
+
+def _runs_with_actions(session: Session, org_id: uuid.UUID, day: date) -> list[dict[str, Any]]:
+    """The day's run facts that executed or proposed an action: the only ones the sections list."""
+    return [
+        row.payload
+        for row in session.execute(_RUNS_WITH_ACTIONS, {"org_id": org_id, "day": day, "kind": BriefFactKind.RUN.value})
+    ]
+
+
 def load_inputs(session: Session, org_id: uuid.UUID, day: date, time_zone: str, catalog: DigestCatalog) -> DayInputs:
-    runs = [RunFact.from_payload(p) for p in _facts(session, org_id, day, BriefFactKind.RUN)]
+    runs = [RunFact.from_payload(p) for p in _runs_with_actions(session, org_id, day)]
     insights = [InsightFact.from_payload(p) for p in _facts(session, org_id, day, BriefFactKind.INSIGHT)]
     action_ids = [a.action_id for r in runs for a in r.proposed]
     action_ids += [i.proposed_action.action_id for i in insights if i.proposed_action is not None]
@@ -165,6 +201,7 @@ def load_inputs(session: Session, org_id: uuid.UUID, day: date, time_zone: str, 
         day=day,
         time_zone=time_zone,
         runs=runs,
+        totals=_run_totals(session, org_id, day),
         handoffs=_handoffs(session, org_id, day),
         spend_yesterday_micros=_spend(session, org_id, day - timedelta(days=1)),
         insights=insights,

@@ -11,17 +11,6 @@ from switchboard.observability.logging import get_logger
 log = get_logger(__name__)
 
 
-def _use_uvloop() -> None:
-    """uvloop's event loop: the dispatcher is bound by per-event Python overhead, and the
-    loop itself was a sixth of it (docs/benchmarks.md). Falls back to asyncio's loop."""
-    try:
-        import uvloop
-    except ImportError:
-        log.warning("uvloop is not installed; using the asyncio event loop")
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
 def _tune_gc() -> None:
     """Fewer, cheaper garbage collections: a batch allocates thousands of short-lived
     objects, and with the default thresholds the collector ran several times per batch and
@@ -33,8 +22,6 @@ def _tune_gc() -> None:
 
 def main() -> None:
     settings = DispatcherSettings()
-    if settings.uvloop:
-        _use_uvloop()
     _tune_gc()
     running: list[Dispatcher] = []
 

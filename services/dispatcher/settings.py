@@ -58,5 +58,3 @@ class DispatcherSettings(ServiceSettings):
     decision_sink_enabled: bool = True
     # Name of this worker in logs and ticks; empty: host name and pid.
     worker_id: str = ""
-    # Run on uvloop's event loop when it is installed (a third less CPU per event).
-    uvloop: bool = True

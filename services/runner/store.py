@@ -214,8 +214,12 @@ class RunStore:
             if loaded.existing_status is not None:
                 return Claim(ClaimState.DUPLICATE, existing_status=loaded.existing_status)
             subject = loaded.subject
-            start = plan(subject)
+            # Locked before the start time is taken: a run of this conversation that is finishing holds
+            # the lock until its terminal commit, so this run starts after that one ended — in the
+            # row's timestamps too (the chaos test checks no two runs of a conversation overlap).
+            await self._lock_conversation(session, request)
             for _ in range(2):
+                start = plan(subject)  # after a lost run was closed below, so it starts after that end
                 if await self._insert_running(session, request, loaded, start):
                     answered_by = await self._answered_by(session, request)
                     resolved = await self._start(session, subject, start)
@@ -231,8 +235,8 @@ class RunStore:
             return Claim(ClaimState.BUSY, busy_run_id=None)
 
     async def _start(self, session: AsyncSession, subject: RunSubject, start: StartPlan[T]) -> T | None:
+        """``run_started`` (the conversation is locked since the claim began) and the plan's resolver."""
         request = subject.request
-        await self._lock_conversation(session, request)
         record = RunStarted(
             org_id=request.org_id,
             request_id=request.request_id,
@@ -249,7 +253,7 @@ class RunStore:
             started_at=start.started_at,
             dry_run=request.dry_run,
         )
-        enqueue_record(session.sync_session, Topics.RUN_STARTED, record, serde=self._serde)
+        await session.run_sync(enqueue_record, Topics.RUN_STARTED, record, serde=self._serde)
         return await session.run_sync(start.resolve) if start.resolve is not None else None
 
     async def _answered_by(self, session: AsyncSession, request: RunRequested) -> uuid.UUID | None:
@@ -516,8 +520,8 @@ class RunStore:
                 )
             if finish.outcome.handoff is not None:
                 handoff = finish.outcome.handoff
-                enqueue_record(
-                    session.sync_session,
+                await session.run_sync(
+                    enqueue_record,
                     Topics.HANDOFF_TRIGGERED,
                     HandoffTriggered(
                         org_id=request.org_id,
@@ -536,8 +540,8 @@ class RunStore:
                     ),
                     serde=self._serde,
                 )
-            enqueue_record(
-                session.sync_session, Topics.RUN_COMPLETED, run_completed(subject, finish), serde=self._serde
+            await session.run_sync(
+                enqueue_record, Topics.RUN_COMPLETED, run_completed(subject, finish), serde=self._serde
             )
             if outcome.abort_reason == CLASSIFICATION_MISMATCH and not request.dry_run:
                 await self._redispatch(session, request)
@@ -636,7 +640,7 @@ class RunStore:
             )
         )
         for record in redispatches(request, refused.all()):
-            enqueue_record(session.sync_session, Topics.DISPATCH_REQUESTED, record, serde=self._serde)
+            await session.run_sync(enqueue_record, Topics.DISPATCH_REQUESTED, record, serde=self._serde)
 
     async def heartbeat(self, org_id: uuid.UUID, run_ids: Sequence[uuid.UUID]) -> None:
         """Refresh the lease column. Rows locked by their own run's write are skipped (that write

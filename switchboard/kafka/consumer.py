@@ -124,6 +124,7 @@ class RecordConsumer:
         consumer_options: Mapping[str, Any] | None = None,
         serde: Serde | None = None,
         flow: FlowControl | None = None,
+        across_partitions: bool = False,
     ) -> None:
         self._service = service
         self._kafka = kafka
@@ -142,6 +143,9 @@ class RecordConsumer:
         self._stop = asyncio.Event()
         self._flow = flow
         self._paused = False
+        # One batch handler call for everything a fetch returned, all partitions together (a handler
+        # whose cost is per call, not per record: the brief recomposes a digest per call).
+        self._across_partitions = across_partitions and batch_handler is not None
 
     async def ready(self) -> bool:
         """Ready once the group assigned us partitions (or the group simply has none for us)."""
@@ -167,6 +171,8 @@ class RecordConsumer:
             while not stop.is_set():
                 limit = await self._fetch_limit(consumer)
                 batches = await consumer.getmany(timeout_ms=250, max_records=limit)
+                if self._across_partitions and len(batches) > 1 and await self._process_across(consumer, batches):
+                    continue
                 for tp, records in batches.items():
                     await self._process_partition_batch(consumer, tp, records)
                     if stop.is_set():
@@ -228,6 +234,27 @@ class RecordConsumer:
         highwater = consumer.highwater(tp)
         if highwater is not None and next_offset is not None:
             CONSUMER_LAG.labels(self._service, tp.topic, str(tp.partition)).set(max(0, highwater - next_offset))
+
+    async def _process_across(
+        self, consumer: AIOKafkaConsumer, batches: Mapping[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
+    ) -> bool:
+        """Every partition's records in one batch handler call, then one commit of every offset.
+        False when the handler failed: the caller goes partition by partition (record by record)."""
+        records = [record for partition in batches.values() for record in partition]
+        if not await self._process_batch(records):
+            return False
+        offsets = {tp: partition[-1].offset + 1 for tp, partition in batches.items() if partition}
+        try:
+            await consumer.commit(offsets)
+        except (CommitFailedError, IllegalStateError) as exc:
+            log.warning(
+                "commit skipped after rebalance", extra={"partitions": len(offsets), "error": type(exc).__name__}
+            )
+        for tp, offset in offsets.items():
+            highwater = consumer.highwater(tp)
+            if highwater is not None:
+                CONSUMER_LAG.labels(self._service, tp.topic, str(tp.partition)).set(max(0, highwater - offset))
+        return True
 
     async def _process_batch(self, records: list[ConsumerRecord[bytes, bytes]]) -> bool:
         """Decode the batch and hand it to the batch handler in one call.

@@ -145,7 +145,7 @@ async def request_dry_run(
             target_version_id=request.version_id,
             dry_run=True,
         )
-        enqueue_record(session.sync_session, Topics.DISPATCH_REQUESTED, record, serde=serde)
+        await session.run_sync(enqueue_record, Topics.DISPATCH_REQUESTED, record, serde=serde)
         return DryRunTicket(message_id=message.id, conversation_id=conversation_id)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -75,3 +75,55 @@ async def test_batches_are_handled_in_one_call_and_a_bad_record_falls_back_to_on
 def test_exactly_one_handler_kind() -> None:
     with pytest.raises(ValueError, match="exactly one"):
         RecordConsumer(service="x", kafka=KafkaSettings(), topics=[], group_id="g", dead_letters=None)  # type: ignore[arg-type]
+
+
+async def test_across_partitions_one_call_takes_every_partition_and_commits_each(
+    topics: KafkaSettings, group_id: str
+) -> None:
+    """``across_partitions``: what one fetch returned from several partitions is one handler call,
+    and every partition's offset is committed (a consumer of the same group starts after them)."""
+    records = [_run_started().model_copy(update={"conversation_id": uuid.uuid4()}) for _ in range(24)]
+    async with RecordProducer(topics, service="test") as producer:
+        for record in records:
+            await producer.send(Topics.RUN_STARTED, record)
+
+    calls: list[set[int]] = []
+    handled: list[uuid.UUID] = []
+
+    async def batch_handler(batch: Sequence[Inbound]) -> None:
+        calls.append({i.partition for i in batch})
+        handled.extend(i.value.event_id for i in batch)
+
+    async def consume(handler: Callable[[Sequence[Inbound]], Awaitable[None]], until: int, patience_s: float) -> None:
+        async with RecordProducer(topics, service="test-across") as dlq:
+            consumer = RecordConsumer(
+                service="test-across",
+                kafka=topics,
+                topics=[Topics.RUN_STARTED],
+                group_id=group_id,
+                batch_handler=handler,
+                dead_letters=DeadLetterPublisher(dlq, service="test-across", consumer_group=group_id),
+                # The broker holds the fetch until every record is there: one fetch, all partitions.
+                consumer_options={"fetch_max_wait_ms": 1000, "fetch_min_bytes": 1_000_000},
+                across_partitions=True,
+            )
+            stop = asyncio.Event()
+            task = asyncio.create_task(consumer.run(stop))
+            for _ in range(int(patience_s / 0.05)):
+                if len(handled) >= until:
+                    break
+                await asyncio.sleep(0.05)
+            stop.set()
+            await asyncio.wait_for(task, 30)
+
+    await consume(batch_handler, len(records), 10.0)
+    assert sorted(handled) == sorted(r.event_id for r in records)
+    assert max(len(c) for c in calls) > 1, "one call held records of several partitions"
+
+    again: list[uuid.UUID] = []
+
+    async def second(batch: Sequence[Inbound]) -> None:
+        again.extend(i.value.event_id for i in batch)
+
+    await consume(second, len(records) + 1, 2.0)  # nothing new: every partition's offset was committed
+    assert again == []

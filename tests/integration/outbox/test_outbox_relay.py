@@ -190,8 +190,7 @@ async def test_poison_rows_are_dead_lettered_and_hold_back_only_their_own_key(
             headers={"event_id": str(uuid.uuid4())},
         )
         unknown = enqueue(session, topic="no_such_topic", key=b"k1", payload=b"hello", headers={"event_id": "e-1"})
-        session.flush()
-        poison_ids = {too_large.id: "record_too_large", unknown.id: "unknown_topic"}
+        poison_ids = {too_large: "record_too_large", unknown: "unknown_topic"}
     for _ in range(3):
         writer.commit([stuck, free])
 
@@ -205,8 +204,8 @@ async def test_poison_rows_are_dead_lettered_and_hold_back_only_their_own_key(
         poison = rows[row_id]
         assert poison.published_at is None and poison.dead_lettered_at is not None
         assert poison.attempts == 3 and poison.last_error.startswith(code)
-    dead_at = rows[too_large.id].dead_lettered_at
-    later = [r for r in rows.values() if r.id > too_large.id and r.topic == Topics.RUN_STARTED.name]
+    dead_at = rows[too_large].dead_lettered_at
+    later = [r for r in rows.values() if r.id > too_large and r.topic == Topics.RUN_STARTED.name]
     stuck_later = [r for r in later if r.key == stuck_key]
     free_later = [r for r in later if r.key != stuck_key]
     assert stuck_later and all(r.published_at >= dead_at for r in stuck_later), "its key waited for it"
@@ -222,7 +221,7 @@ async def test_poison_rows_are_dead_lettered_and_hold_back_only_their_own_key(
         for r in await read_topic(topics, Topics.DEAD_LETTER.name)
     }
     assert set(letters) == set(poison_ids)
-    big, odd = letters[too_large.id], letters[unknown.id]
+    big, odd = letters[too_large], letters[unknown]
     assert isinstance(big, DeadLetter) and isinstance(odd, DeadLetter)
     assert (big.error_code, big.attempts, big.original_key) == ("record_too_large", 3, stuck_key)
     assert big.original_value is None, "too large to carry; it stays in the outbox row"

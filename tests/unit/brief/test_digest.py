@@ -13,6 +13,7 @@ from services.brief.digest import (
     InsightFact,
     Promotion,
     RunFact,
+    RunTotals,
     compose,
     done_phrase,
     section_order,
@@ -154,3 +155,22 @@ def test_an_empty_day_is_quiet() -> None:
     assert digest["done"] == [] and digest["todo"] == []
     assert {p["status"] for p in digest["planets"]} == {"quiet"}
     assert section_order([], CATALOG) == ["pulse", "done", "todo", "planets"]
+
+
+def test_counted_totals_and_only_the_runs_with_actions_give_the_same_document() -> None:
+    """What the store loads (totals counted in SQL, only action-bearing runs) composes the document
+    that every run fact would."""
+    quiet = [RunFact(f"q{i}", replied=i % 2 == 0, cost_micros=1_000 * i) for i in range(10)]
+    busy = [
+        RunFact("b1", replied=True, cost_micros=7_000, executed=(_action(1),)),
+        RunFact("b2", replied=False, cost_micros=3_000, proposed=(_action(2, "refund_order", "sales"),)),
+    ]
+    every = compose(DayInputs(day=DAY, time_zone="UTC", runs=[*quiet, *busy]), CATALOG)
+    counted = RunTotals(
+        runs=12,
+        replies=sum(r.replied for r in [*quiet, *busy]),
+        spend_micros=sum(r.cost_micros for r in [*quiet, *busy]),
+    )
+    loaded = compose(DayInputs(day=DAY, time_zone="UTC", runs=busy, totals=counted), CATALOG)
+    assert loaded == every
+    assert loaded["pulse"]["runs"] == 12 and loaded["pulse"]["replies"] == 6
