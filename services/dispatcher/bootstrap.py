@@ -150,6 +150,10 @@ class Dispatcher:
                 dead_letters=DeadLetterPublisher(self.producer, service=f"{SERVICE}-sink", consumer_group=group),
                 max_batch=500,
                 serde=self.serde,
+                # The table is for people and reports, not on any reply's path: fewer, fuller batches
+                # (one insert per batch) under load; a decision lands at most this much later.
+                consumer_options={"fetch_max_wait_ms": settings.sink_batch_wait_ms, "fetch_min_bytes": 1_048_576},
+                across_partitions=True,
             )
         self._rebuild_due = False
         self._stopping = asyncio.Event()

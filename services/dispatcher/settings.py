@@ -56,5 +56,7 @@ class DispatcherSettings(ServiceSettings):
     no_match_min_dispatches: int = Field(default=10, ge=1)
     # The decision sink (dispatch_decisions topic -> table) runs in this process unless disabled.
     decision_sink_enabled: bool = True
+    # How long the broker may hold the sink's fetch to fill a batch (decisions reach the table this much later).
+    sink_batch_wait_ms: int = Field(default=500, ge=0, le=5_000)
     # Name of this worker in logs and ticks; empty: host name and pid.
     worker_id: str = ""

@@ -78,6 +78,9 @@ class Notifier:
             handler=handlers.handle,
             dead_letters=DeadLetterPublisher(producer, service=SERVICE, consumer_group=settings.group_id),
             serde=serde,
+            # Sends wait on the channel: the partitions (conversations) of a fetch go side by side,
+            # each partition still in order, so one slow channel answer does not hold up the rest.
+            concurrent_partitions=True,
         )
         consumer_task = asyncio.create_task(self._consumer.run(stop), name="notifier-consumer")
         log.info("notifier delivering", extra={"group_id": settings.group_id, "waha_base_url": settings.waha_base_url})

@@ -27,15 +27,15 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ARRAY, Table, Text, TextClause, cast, func, literal, select, text, update
-from sqlalchemy.dialects.postgresql import JSONB, array, insert
+from sqlalchemy import TextClause, bindparam, select, text, update
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
 from services.runner.budget import ModelPrice
 from services.runner.label_filter import CLASSIFICATION_MISMATCH, redispatches
-from services.runner.outcome import Classification, LoopOutcome
+from services.runner.outcome import Classification, LoopOutcome, RunFailure
 from services.runner.preload import MISSING, Preload
 from services.runner.providers.base import TokenUsage
 from services.runner.subject import ConversationInfo, HistoryItem, RunSubject, VersionConfig
@@ -57,13 +57,69 @@ from switchboard.db.models import (
     AiAgentVersion,
     AiModel,
     AiProviderCredential,
-    Conversation,
 )
 from switchboard.db.outbox import enqueue_record
 from switchboard.db.session import async_tenant_transaction
 from switchboard.db.usage import record_usage
 
 _ACTIVE = [s.value for s in ACTIVE_RUN_STATUSES]
+_ACTIVE_SQL = ", ".join(f"'{status}'" for status in _ACTIVE)
+_UUID = PG_UUID(as_uuid=True)
+
+# The hot statements of a run, as SQL compiled once: built with the ORM per call, their
+# construction and cache-key work cost more than their execution (docs/benchmarks.md).
+# ON CONFLICT DO NOTHING without a target also covers the partial unique index "one active
+# run per conversation": no exception, just no row.
+_INSERT_RUNNING = text(
+    """
+INSERT INTO ai_agent_runs (id, org_id, agent_id, agent_version_id, conversation_id, contact_id, channel_session_id,
+                           inbound_message_id, inbound_message_ids, status, provider, model, started_at, wake_reason,
+                           wake_context, attempt, parent_run_id, is_dry_run, heartbeat_at)
+VALUES (:id, :org_id, :agent_id, :agent_version_id, :conversation_id, :contact_id, :channel_session_id,
+        :inbound_message_id, CAST(:inbound_message_ids AS uuid[]), :status, :provider, :model, :started_at,
+        :wake_reason, CAST(:wake_context AS jsonb), :attempt, :parent_run_id, :is_dry_run, :heartbeat_at)
+ON CONFLICT DO NOTHING
+RETURNING id
+"""
+).bindparams(
+    *(
+        bindparam(name, type_=_UUID)
+        for name in (
+            "id",
+            "org_id",
+            "agent_id",
+            "agent_version_id",
+            "conversation_id",
+            "contact_id",
+            "channel_session_id",
+            "inbound_message_id",
+            "parent_run_id",
+        )
+    )
+)
+# Only a row still active is closed: one closed as lost by a newer attempt stays as it is.
+_CLOSE_RUN = text(
+    f"""
+UPDATE ai_agent_runs SET
+    status = :status, vitality = :vitality, error_family = :error_family, abort_reason = :abort_reason,
+    error_code = :error_code, error_message = :error_message, provider = :provider, model = :model,
+    tokens_in = :tokens_in, tokens_out = :tokens_out, cost_micros = :cost_micros, latency_ms = :latency_ms,
+    steps_count = :steps_count, final_text = :final_text, summary = :summary,
+    would_send_to = CAST(:would_send_to AS jsonb), actions_executed = CAST(:actions_executed AS jsonb),
+    actions_proposed = CAST(:actions_proposed AS jsonb), started_at = :started_at, completed_at = :completed_at,
+    inbound_message_ids = inbound_message_ids || CAST(:steered AS uuid[]),
+    tool_calls = tool_calls || CAST(:trace_tail AS jsonb),
+    prompt = coalesce(CAST(:prompt AS jsonb), prompt),
+    updated_at = now()
+WHERE org_id = :org_id AND id = :run_id AND status IN ({_ACTIVE_SQL})
+RETURNING id
+"""
+).bindparams(bindparam("org_id", type_=_UUID), bindparam("run_id", type_=_UUID))
+# FOR NO KEY UPDATE: serializes the conversation's outbox writers (the webhook's upsert takes the
+# same lock) without blocking the foreign-key checks of rows that reference it.
+_LOCK_CONVERSATION = text(
+    "SELECT id FROM conversations WHERE org_id = :org_id AND id = :conversation_id FOR NO KEY UPDATE"
+).bindparams(bindparam("org_id", type_=_UUID), bindparam("conversation_id", type_=_UUID))
 PRICE_CACHE_S = 300.0
 T = TypeVar("T")
 
@@ -308,11 +364,8 @@ class RunStore:
             "is_dry_run": request.dry_run,
             "heartbeat_at": start.started_at,
         }
-        # ON CONFLICT DO NOTHING without a target also covers the partial unique index
-        # "one active run per conversation": no exception, just no row. (A Core insert: the
-        # ORM's bulk path costs more than the statement.)
-        runs: Table = AiAgentRun.__table__  # type: ignore[assignment]
-        inserted = await session.scalar(insert(runs).values(**values).on_conflict_do_nothing().returning(runs.c.id))
+        values["wake_context"] = json.dumps(values["wake_context"])
+        inserted = await session.scalar(_INSERT_RUNNING, values)
         return inserted is not None
 
     async def _record_unclaimed_parent(self, session: AsyncSession, request: RunRequested) -> None:
@@ -463,44 +516,12 @@ class RunStore:
         attempt closed it as lost (the dispatcher gave up on this run), so announcing it
         now would answer the customer twice."""
         request = subject.request
-        outcome, cls = finish.outcome, finish.classification
+        outcome = finish.outcome
         failure = outcome.failure or (outcome.handoff.failure if outcome.handoff else None)
         usage = outcome.usage
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             await self._lock_conversation(session, request)
-            closed = await session.scalar(
-                update(AiAgentRun)
-                .where(
-                    AiAgentRun.org_id == request.org_id,
-                    AiAgentRun.id == request.run_id,
-                    AiAgentRun.status.in_(_ACTIVE),
-                )
-                .values(
-                    status=cls.status.value,
-                    vitality=cls.vitality.value,
-                    error_family=cls.error_family.value if cls.error_family else None,
-                    abort_reason=outcome.abort_reason,
-                    error_code=failure.code if failure else None,
-                    error_message=failure.message if failure else None,
-                    provider=finish.provider,
-                    model=finish.model,
-                    tokens_in=usage.all_input,
-                    tokens_out=usage.output_tokens,
-                    cost_micros=outcome.cost_micros,
-                    latency_ms=finish.latency_ms,
-                    steps_count=outcome.steps,
-                    final_text=outcome.final_text,
-                    summary=outcome.summary,
-                    would_send_to=finish.would_send_to.model_dump(mode="json") if finish.would_send_to else None,
-                    actions_executed=[a.model_dump(mode="json") for a in finish.actions_executed],
-                    actions_proposed=[a.model_dump(mode="json") for a in finish.actions_proposed],
-                    started_at=finish.started_at,
-                    completed_at=finish.completed_at,
-                    **_with_steered(request, finish.steered_message_ids),
-                    **_with_trace_tail(finish),
-                )
-                .returning(AiAgentRun.id)
-            )
+            closed = await session.scalar(_CLOSE_RUN, _close_values(request, finish, failure))
             if closed is None:
                 await _append_trace_tail(session, request, finish.trace_tail, finish.prompt)
                 await session.run_sync(_add_usage, request, usage, outcome.cost_micros, finish.completed_at)
@@ -684,35 +705,44 @@ class RunStore:
 
     @staticmethod
     async def _lock_conversation(session: AsyncSession, request: RunRequested) -> None:
-        """``FOR NO KEY UPDATE``: serializes the conversation's outbox writers (the webhook's upsert
-        takes the same lock) without blocking the foreign-key checks of rows that reference it."""
         await session.execute(
-            select(Conversation.id)
-            .where(Conversation.org_id == request.org_id, Conversation.id == request.conversation_id)
-            .with_for_update(key_share=True)
+            _LOCK_CONVERSATION, {"org_id": request.org_id, "conversation_id": request.conversation_id}
         )
 
 
-def _with_steered(request: RunRequested, steered: Sequence[uuid.UUID]) -> dict[str, Any]:
-    """The row's ``inbound_message_ids`` plus the steered messages the run answered (never one of
-    its own messages: those were recorded at the claim)."""
+def _close_values(request: RunRequested, finish: Finish, failure: RunFailure | None) -> dict[str, Any]:
+    """The parameters of ``_CLOSE_RUN``."""
+    outcome, cls = finish.outcome, finish.classification
     own = {m.message_id for m in request.messages}
-    added = [m for m in dict.fromkeys(steered) if m not in own]
-    if not added:
-        return {}
-    uuids = ARRAY(PG_UUID(as_uuid=True))
-    return {"inbound_message_ids": func.array_cat(AiAgentRun.inbound_message_ids, cast(array(added), uuids))}
-
-
-def _with_trace_tail(finish: Finish) -> dict[str, Any]:
-    """The trace entries and prompt the terminal update writes with the outcome (one statement)."""
-    values: dict[str, Any] = {}
-    if finish.trace_tail:
-        entries = json.dumps(list(finish.trace_tail), default=str, ensure_ascii=False)
-        values["tool_calls"] = AiAgentRun.tool_calls.op("||")(cast(literal(entries, Text()), JSONB))
-    if finish.prompt is not None:  # no append wrote it: this is the first write of the trace
-        values["prompt"] = finish.prompt
-    return values
+    # Steered messages the run answered too (its own were recorded at the claim).
+    steered = [m for m in dict.fromkeys(finish.steered_message_ids) if m not in own]
+    return {
+        "org_id": request.org_id,
+        "run_id": request.run_id,
+        "status": cls.status.value,
+        "vitality": cls.vitality.value,
+        "error_family": cls.error_family.value if cls.error_family else None,
+        "abort_reason": outcome.abort_reason,
+        "error_code": failure.code if failure else None,
+        "error_message": failure.message if failure else None,
+        "provider": finish.provider,
+        "model": finish.model,
+        "tokens_in": outcome.usage.all_input,
+        "tokens_out": outcome.usage.output_tokens,
+        "cost_micros": outcome.cost_micros,
+        "latency_ms": finish.latency_ms,
+        "steps_count": outcome.steps,
+        "final_text": outcome.final_text,
+        "summary": outcome.summary,
+        "would_send_to": finish.would_send_to.model_dump_json() if finish.would_send_to else None,
+        "actions_executed": json.dumps([a.model_dump(mode="json") for a in finish.actions_executed]),
+        "actions_proposed": json.dumps([a.model_dump(mode="json") for a in finish.actions_proposed]),
+        "started_at": finish.started_at,
+        "completed_at": finish.completed_at,
+        "steered": steered,
+        "trace_tail": json.dumps(list(finish.trace_tail), default=str, ensure_ascii=False),
+        "prompt": None if finish.prompt is None else json.dumps(finish.prompt, ensure_ascii=False),
+    }
 
 
 def _int_or_none(value: Any) -> int | None:

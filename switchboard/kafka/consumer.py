@@ -15,6 +15,13 @@ silently, and a bad record never stops the loop: it is dead-lettered and the
 next one is processed. If even the dead-letter topic cannot be written, the
 offset is not committed and the record will come back.
 
+**Partitions.** By default the partitions of one fetch are handled one after another.
+``across_partitions`` (batch handlers) gives the whole fetch to one handler call, for a
+handler whose cost is per call (the brief recomposes a digest per call);
+``concurrent_partitions`` handles them side by side, each still in offset order, for a
+handler that waits on I/O per record (the notifier's sends). Either way every partition's
+offset is committed once its records are done.
+
 **Flow control.** A handler that hands work to background tasks (the runner:
 a run lasts minutes, far beyond ``max.poll.interval.ms``) returns at once and
 passes a :class:`FlowControl`. Before each fetch the consumer asks it how many
@@ -125,6 +132,7 @@ class RecordConsumer:
         serde: Serde | None = None,
         flow: FlowControl | None = None,
         across_partitions: bool = False,
+        concurrent_partitions: bool = False,
     ) -> None:
         self._service = service
         self._kafka = kafka
@@ -146,6 +154,9 @@ class RecordConsumer:
         # One batch handler call for everything a fetch returned, all partitions together (a handler
         # whose cost is per call, not per record: the brief recomposes a digest per call).
         self._across_partitions = across_partitions and batch_handler is not None
+        # The partitions of one fetch handled side by side, each in order (a handler that waits on
+        # I/O per record: the notifier's sends); offsets committed once all are done.
+        self._concurrent_partitions = concurrent_partitions
 
     async def ready(self) -> bool:
         """Ready once the group assigned us partitions (or the group simply has none for us)."""
@@ -172,6 +183,9 @@ class RecordConsumer:
                 limit = await self._fetch_limit(consumer)
                 batches = await consumer.getmany(timeout_ms=250, max_records=limit)
                 if self._across_partitions and len(batches) > 1 and await self._process_across(consumer, batches):
+                    continue
+                if self._concurrent_partitions and len(batches) > 1:
+                    await self._process_concurrently(consumer, batches)
                     continue
                 for tp, records in batches.items():
                     await self._process_partition_batch(consumer, tp, records)
@@ -218,6 +232,16 @@ class RecordConsumer:
     ) -> None:
         next_offset: int | None = None
         try:
+            next_offset = await self._handle_partition(records)
+        finally:
+            if next_offset is not None:
+                await self._commit(consumer, tp, next_offset)
+        self._report_lag(consumer, tp, next_offset)
+
+    async def _handle_partition(self, records: list[ConsumerRecord[bytes, bytes]]) -> int | None:
+        """Handle one partition's records in order; the offset to commit after them (None: nothing done)."""
+        next_offset: int | None = None
+        try:
             if self._batch_handler is not None and len(records) > 1 and await self._process_batch(records):
                 next_offset = records[-1].offset + 1
             else:
@@ -228,9 +252,29 @@ class RecordConsumer:
                     next_offset = record.offset + 1
         except _Stopping:
             pass
-        finally:
-            if next_offset is not None:
-                await self._commit(consumer, tp, next_offset)
+        return next_offset
+
+    async def _process_concurrently(
+        self, consumer: AIOKafkaConsumer, batches: Mapping[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
+    ) -> None:
+        """Each partition's records in order, the partitions side by side; then one commit of them all."""
+        partitions = list(batches)
+        done = await asyncio.gather(*(self._handle_partition(batches[tp]) for tp in partitions), return_exceptions=True)
+        offsets = {tp: offset for tp, offset in zip(partitions, done, strict=True) if isinstance(offset, int)}
+        if offsets:
+            try:
+                await consumer.commit(offsets)
+            except (CommitFailedError, IllegalStateError) as exc:
+                log.warning(
+                    "commit skipped after rebalance", extra={"partitions": len(offsets), "error": type(exc).__name__}
+                )
+        for tp, offset in offsets.items():
+            self._report_lag(consumer, tp, offset)
+        failures = [outcome for outcome in done if isinstance(outcome, BaseException)]
+        if failures:
+            raise failures[0]  # what the partition-by-partition path would have raised (e.g. cancellation)
+
+    def _report_lag(self, consumer: AIOKafkaConsumer, tp: TopicPartition, next_offset: int | None) -> None:
         highwater = consumer.highwater(tp)
         if highwater is not None and next_offset is not None:
             CONSUMER_LAG.labels(self._service, tp.topic, str(tp.partition)).set(max(0, highwater - next_offset))
@@ -251,9 +295,7 @@ class RecordConsumer:
                 "commit skipped after rebalance", extra={"partitions": len(offsets), "error": type(exc).__name__}
             )
         for tp, offset in offsets.items():
-            highwater = consumer.highwater(tp)
-            if highwater is not None:
-                CONSUMER_LAG.labels(self._service, tp.topic, str(tp.partition)).set(max(0, highwater - offset))
+            self._report_lag(consumer, tp, offset)
         return True
 
     async def _process_batch(self, records: list[ConsumerRecord[bytes, bytes]]) -> bool:

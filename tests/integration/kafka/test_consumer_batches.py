@@ -127,3 +127,55 @@ async def test_across_partitions_one_call_takes_every_partition_and_commits_each
 
     await consume(second, len(records) + 1, 2.0)  # nothing new: every partition's offset was committed
     assert again == []
+
+
+async def test_concurrent_partitions_go_side_by_side_each_in_order(topics: KafkaSettings, group_id: str) -> None:
+    """``concurrent_partitions``: the partitions of a fetch are handled at the same time (a handler
+    waiting on I/O does not hold the others up), each partition's records still in offset order,
+    and every partition's offset is committed."""
+    records = [_run_started().model_copy(update={"conversation_id": uuid.uuid4()}) for _ in range(30)]
+    async with RecordProducer(topics, service="test") as producer:
+        for record in records:
+            await producer.send(Topics.RUN_STARTED, record)
+
+    seen: dict[int, list[int]] = {}
+    in_flight = 0
+    most_at_once = 0
+    handled: list[uuid.UUID] = []
+
+    async def handler(inbound: Inbound) -> None:
+        nonlocal in_flight, most_at_once
+        in_flight += 1
+        most_at_once = max(most_at_once, in_flight)
+        await asyncio.sleep(0.02)  # a send to a channel
+        in_flight -= 1
+        seen.setdefault(inbound.partition, []).append(inbound.offset)
+        handled.append(inbound.value.event_id)
+
+    async def consume(until: int, patience_s: float) -> None:
+        async with RecordProducer(topics, service="test-concurrent") as dlq:
+            consumer = RecordConsumer(
+                service="test-concurrent",
+                kafka=topics,
+                topics=[Topics.RUN_STARTED],
+                group_id=group_id,
+                handler=handler,
+                dead_letters=DeadLetterPublisher(dlq, service="test-concurrent", consumer_group=group_id),
+                consumer_options={"fetch_max_wait_ms": 1000, "fetch_min_bytes": 1_000_000},
+                concurrent_partitions=True,
+            )
+            stop = asyncio.Event()
+            task = asyncio.create_task(consumer.run(stop))
+            for _ in range(int(patience_s / 0.05)):
+                if len(handled) >= until:
+                    break
+                await asyncio.sleep(0.05)
+            stop.set()
+            await asyncio.wait_for(task, 30)
+
+    await consume(len(records), 15.0)
+    assert sorted(handled) == sorted(r.event_id for r in records)
+    assert len(seen) > 1 and most_at_once > 1, "partitions were handled side by side"
+    assert all(offsets == sorted(offsets) for offsets in seen.values()), "each partition in offset order"
+    await consume(len(records) + 1, 2.0)
+    assert len(handled) == len(records), "every partition's offset was committed"
