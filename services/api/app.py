@@ -129,14 +129,15 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    # The webhook first: routes are matched in order, and it is the one hot path (every customer message).
     for router in (
+        webhooks_router,
         identity_router,
         catalog_router,
         credentials_router,
         agents_router,
         runs_router,
         channels_router,
-        webhooks_router,
         audit_router,
         runs_live_router,
         home_router,

@@ -116,6 +116,23 @@ def summary_request(model: str, previous: str | None, items: list[HistoryItem]) 
     )
 
 
+def nothing_left_the_window(subject: RunSubject) -> bool:
+    """True when the history loaded with the run holds every message of the conversation (fewer
+    came back than the claim asked for) and all of them fit the version's windows: then no message
+    can have left the window, and there is nothing to summarize (the job's own query would find
+    the same). A reply stored after the claim is seen by the next run's check."""
+    version = subject.version
+    if version.history_message_window <= 0:
+        return False
+    asked = version.history_message_window + len(subject.request.messages) + 1  # RunStore's history limit
+    if len(subject.recent_messages) >= asked:
+        return False
+    window = history_window(
+        subject.recent_messages, messages=version.history_message_window, tokens=version.history_token_window
+    )
+    return not window.older_exist
+
+
 class ThreadSummarizer:
     """Starts summary jobs after runs and stops them at shutdown (``close``)."""
 
@@ -136,8 +153,9 @@ class ThreadSummarizer:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def after_run(self, subject: RunSubject, access: ProviderAccess | None) -> None:
-        """Start the job for a finished run, without waiting for it."""
-        if subject.conversation is None or subject.request.dry_run:
+        """Start the job for a finished run, without waiting for it (none when nothing can have left the
+        window: most conversations are short, and the check then costs no transaction)."""
+        if subject.conversation is None or subject.request.dry_run or nothing_left_the_window(subject):
             return
         task = asyncio.create_task(self._guarded(SummaryJob(subject, access)), name="thread-summary")
         self._tasks.add(task)
@@ -203,8 +221,11 @@ class ThreadSummarizer:
                 if row
                 else Coverage(None, None, 0)
             )
+            # Messages with a text, as the prompt's history counts them (an empty one has nothing to summarize).
             base = select(Message.id, Message.direction, Message.body, Message.occurred_at).where(
-                Message.org_id == request.org_id, Message.conversation_id == request.conversation_id
+                Message.org_id == request.org_id,
+                Message.conversation_id == request.conversation_id,
+                Message.body != "",
             )
             recent = [
                 HistoryItem(r.id, r.direction, r.body or "", r.occurred_at)

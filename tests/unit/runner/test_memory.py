@@ -11,7 +11,7 @@ from services.runner.memory import LABEL, FactRetriever, RetrievedFact, fact_que
 from services.runner.pii import Pseudonymizer
 from services.runner.providers.demo import SUMMARY_LABEL, demo_reply
 from services.runner.subject import HistoryItem
-from services.runner.summary import INSTRUCTIONS, summary_request, transcript
+from services.runner.summary import INSTRUCTIONS, nothing_left_the_window, summary_request, transcript
 from tests.unit.runner.test_context import LABELS, subject
 
 
@@ -88,3 +88,19 @@ def test_summary_request_is_pseudonymized_when_sealed() -> None:
     sealed = Pseudonymizer(names=["Ana Souza"]).seal(request)
     everything = " ".join([*(layer.text for layer in sealed.system), *(m.text for m in sealed.messages)])  # type: ignore[union-attr]
     assert "Ana" not in everything and "ana@example.com" not in everything and "91234" not in everything
+
+
+def test_a_short_conversation_needs_no_summary_job_and_a_long_one_does() -> None:
+    """``nothing_left_the_window``: with every message loaded (fewer than the claim asked for) and all
+    inside the windows, no job (no transaction); when the claim got as many as it asked for, or a
+    window is full, the job looks itself."""
+    short = items(*[("inbound", f"message {i}") for i in range(5)])
+    assert nothing_left_the_window(subject(tuple(short), window=10))
+    # The claim asks for window + inbound messages + 1 = 7 with a window of 5: 7 back means maybe more.
+    full = items(*[("inbound", f"message {i}") for i in range(7)])
+    assert not nothing_left_the_window(subject(tuple(full), window=5))
+    # Few messages, but longer than the token window: the oldest left it.
+    long_texts = items(*[("inbound", "word " * 400) for _ in range(3)])
+    assert not nothing_left_the_window(subject(tuple(long_texts), window=10, token_window=500))
+    # A version without history window loads none: the job decides.
+    assert not nothing_left_the_window(subject((), window=0))
