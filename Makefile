@@ -82,8 +82,8 @@ BENCH_ARGS ?=
 
 .PHONY: bench bench-api bench-dispatch bench-runner bench-e2e
 
-bench-api: venv ## benchmark webhook ingest vs a bare FastAPI endpoint with wrk (~45 s; needs wrk)
-	@command -v wrk >/dev/null 2>&1 || { echo "bench-api needs wrk (Debian/Ubuntu: apt-get install -y wrk)"; exit 1; }
+bench-api: venv ## benchmark webhook ingest vs a bare FastAPI endpoint with wrk (~45 s; installs wrk when missing)
+	@bash scripts/bench/install-wrk.sh
 	@bash $(STACK) up
 	$(PY) -m bench.api_ingest $(BENCH_ARGS)
 
@@ -104,6 +104,7 @@ BENCH_PROFILE ?=
 
 bench: venv ## every benchmark in one run, each with its baseline: var/bench/latest.json + table (BENCH_PROFILE=smoke: quick wiring check)
 	$(PY) -m pip install -q -e '.[bench]'
+	@bash scripts/bench/install-wrk.sh
 	@bash $(STACK) up
 	BENCH_PROFILE=$(BENCH_PROFILE) $(PY) -m bench $(BENCH_ARGS)
 

@@ -41,6 +41,7 @@ from sqlalchemy.exc import ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from bench import cpu
 from bench.e2e_load import Target, chat_ids, send_open_loop, wait_replies
 from bench.e2e_stages import stage_lines
 from bench.e2e_stats import Summary, match, measurements, summarize
@@ -59,6 +60,28 @@ SMOKE: Final = {"rate": 10.0, "duration": 3.0, "chats": 20, "warmup": 1.0, "drai
 # reply interval (5 s in production) would hold back a chat's next message, which measures
 # a product policy, not the pipeline.
 SERVICE_ENV: Final = {"DISPATCHER_REPLY_INTERVAL_S": "0"}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A pipeline's figures and the CPU seconds per group of processes it took (bench/cpu.py)."""
+
+    summary: Summary
+    spent: dict[str, float]
+
+
+def cpu_measurement(real: Measured, base: Measured) -> Measurement:
+    """``e2e.cpu_per_message``: the whole machine's CPU per answered message (load generator and
+    channel server left out), beside the baseline's: the cost model behind the throughput line."""
+
+    def per_message(measured: Measured) -> float | None:
+        used = sum(seconds for group, seconds in measured.spent.items() if group not in {"load", "channel"})
+        answered = measured.summary.answered
+        return used * 1000 / answered if answered and measured.spent else None
+
+    return Measurement.of(
+        "e2e.cpu_per_message", per_message(real), "ms", baseline=BASELINE_LABEL, baseline_value=per_message(base)
+    )
 
 
 @dataclass(frozen=True)
@@ -112,11 +135,16 @@ async def warm_up(target: Target, channel_url: str, args: argparse.Namespace, ph
     await wait_replies(channel_url, set(chats), len(warm.sent), args.drain)
 
 
-async def measure(name: str, target: Target, channel_url: str, args: argparse.Namespace, phase: int) -> Summary:
-    """The fixed-rate load over ``--chats`` chats and the replies to it."""
+async def measure(
+    name: str, target: Target, channel_url: str, args: argparse.Namespace, phase: int
+) -> tuple[Summary, dict[str, float]]:
+    """The fixed-rate load over ``--chats`` chats and the replies to it; and the CPU seconds each group of
+    processes spent from the first send to the last reply (bench/cpu.py)."""
     chats = chat_ids(args.chats, phase)
+    before = cpu.snapshot()
     load = await send_open_loop(target, chats, args.rate, args.duration)
     replies = await wait_replies(channel_url, set(chats), len(load.sent), args.drain)
+    spent = cpu.spent(before, cpu.snapshot())
     summary = summarize(name, args.rate, load.sent, match(load.sent, replies), load.errors)
     print(
         f"  {name}: sent {summary.sent} (+{summary.ingest_errors} refused), answered {summary.answered}, "
@@ -124,7 +152,8 @@ async def measure(name: str, target: Target, channel_url: str, args: argparse.Na
         f"max {_ms(summary.max_ms)}; {summary.throughput or 0:.1f} replies/s; sender lag max {load.max_lag_ms:.1f} ms",
         flush=True,
     )
-    return summary
+    print(f"  {name} CPU per answered message: {cpu.per_message_line(spent, summary.answered)}", flush=True)
+    return summary, spent
 
 
 def _ms(value: float | None) -> str:
@@ -146,7 +175,7 @@ def _environment(database_url: str, kafka: KafkaSettings) -> dict[str, str]:
 
 async def run_switchboard(
     group: processes.ProcessGroup, scratch: Scratch, args: argparse.Namespace
-) -> tuple[Summary, str, str]:
+) -> tuple[Measured, str, str]:
     """Start the topology, bootstrap the org, measure; the channel server's URL and key (kept for the baseline)."""
     channel_key = secrets.token_hex(12)
     service_env = {service: SERVICE_ENV for service in processes.SERVICES}
@@ -163,18 +192,18 @@ async def run_switchboard(
     target = Target(topology.api_url + bootstrap.WEBHOOK_PATH, org.session_name, org.webhook_secret)
     await warm_up(target, topology.channel_url, args, phase=1)
     since = datetime.now(UTC)
-    summary = await measure("switchboard", target, topology.channel_url, args, phase=2)
+    summary, spent = await measure("switchboard", target, topology.channel_url, args, phase=2)
     print("  where the time went (switchboard, from its own rows):", flush=True)
     try:
         print("\n".join(stage_lines(scratch.owner_url, org.org_id, since)), flush=True)
     except SQLAlchemyError as error:  # context only: never worth losing the measurement for
         print(f"    (stage breakdown unavailable: {type(error).__name__})", flush=True)
-    return summary, topology.channel_url, channel_key
+    return Measured(summary, spent), topology.channel_url, channel_key
 
 
 async def run_baseline(
     group: processes.ProcessGroup, channel_url: str, channel_key: str, args: argparse.Namespace
-) -> Summary:
+) -> Measured:
     """The seed-shaped pipeline as its own process, on the same channel server."""
     # Imported here: ``python -m bench`` imports this module for IMPLEMENTED only.
     from bench import dispatch
@@ -198,7 +227,7 @@ async def run_baseline(
             await asyncio.to_thread(group.wait_healthy, "e2e-baseline", 30.0)
             target = Target(f"http://127.0.0.1:{port}{WEBHOOK_PATH}", "e2e-baseline", secret)
             await warm_up(target, channel_url, args, phase=3)
-            return await measure("baseline", target, channel_url, args, phase=4)
+            return Measured(*await measure("baseline", target, channel_url, args, phase=4))
         finally:
             group.kill("e2e-baseline", signal.SIGTERM)
 
@@ -218,7 +247,10 @@ async def run(args: argparse.Namespace) -> list[Measurement]:
         finally:
             group.stop_all()
             await admin.delete_topics(kafka)
-    return measurements(real, base, BASELINE_LABEL)
+    return [
+        *measurements(real.summary, base.summary, BASELINE_LABEL),
+        cpu_measurement(real, base),
+    ]
 
 
 def collect(args: argparse.Namespace) -> list[Measurement]:
