@@ -100,6 +100,10 @@ class ChannelServer:
         """Answer the next ``times`` sendText calls with ``status`` (recorded like the others)."""
         self._failures.extend([status] * times)
 
+    def recover(self) -> None:
+        """Forget the failures still queued: the next sendText calls succeed."""
+        self._failures.clear()
+
     async def wait_for(self, count: int, timeout: float) -> list[SentText]:
         """Until at least ``count`` calls were received (any status); TimeoutError otherwise."""
 

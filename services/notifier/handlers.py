@@ -1,7 +1,8 @@
 """What the notifier does with each record (no broker code here: ``service.py`` wires the consumer).
 
 - ``run_completed``, completed and not dry, with a reply or queued send-tool intents: claim
-  (committed), send through the session's channel plugin with retries, record the outcome.
+  (committed), send through the session's channel plugin, record the outcome; a transient
+  failure is retried in the background (``retries.py``), never in front of the next record.
   Any other run (dry, handoff, failed, aborted) sends nothing; its queued intents are
   marked failed so nothing lingers as "pending".
 - ``handoff_triggered`` (not dry): assign the conversation to humans and notify the org's
@@ -19,6 +20,7 @@ from typing import Any
 from services.notifier.channels import ChannelError, ChannelRegistry, Destination, SendResult
 from services.notifier.channels.webhook import WebhookChannel
 from services.notifier.metrics import MESSAGES_DELIVERED, NOTIFICATIONS, SEND_ATTEMPTS
+from services.notifier.retries import Retry, RetryQueue
 from services.notifier.retry import Outcome, RetryPolicy, send_with_retry
 from services.notifier.store import Claimed, Notification, NotifierStore
 from switchboard.contracts import HandoffTriggered, Insight, RunCompleted, RunStatus
@@ -54,6 +56,7 @@ class NotifierHandlers:
         self._channels = channels
         self._policy = policy
         self._hooks = hooks or Hooks()
+        self.retries = RetryQueue(policy, self._record_retried)
 
     async def handle(self, inbound: Inbound) -> None:
         """The consumer's handler: route by record type."""
@@ -94,33 +97,70 @@ class NotifierHandlers:
     ) -> None:
         for claimed in claims:
             await self._hooks.after_claim(claimed)
-            outcome = await self._deliver(claimed, where)
+            outcome = await self._attempt(claimed, where)
             await self._hooks.after_send(claimed)
             error = outcome.error
-            channel_name = claimed.route.channel if claimed.route else "none"
-            SEND_ATTEMPTS.labels(channel_name).inc(outcome.attempts)
-            MESSAGES_DELIVERED.labels(channel_name, claimed.kind.value, "sent" if error is None else "failed").inc()
-            await self._store.record_outcome(
-                org_id,
-                run_id,
-                claimed,
-                attempts=outcome.attempts,
-                external_id=outcome.result.external_id if outcome.result else None,
-                error_code=error.code if error else None,
-                error_message=error.message if error else None,
-            )
-            log.info(
-                "message delivered" if error is None else "message not delivered",
-                extra={
-                    **where,
-                    "message_id": str(claimed.message_id),
-                    "kind": claimed.kind.value,
-                    "attempts": outcome.attempts,
-                    "error_code": error.code if error else None,
-                },
-            )
+            if error is not None and error.transient and outcome.attempts < self._policy.max_attempts:
+                # Not in front of the next record: the retries wait in the background (retries.py).
+                log.info(
+                    "send failed, retrying in the background",
+                    extra={**where, "message_id": str(claimed.message_id), "error_code": error.code},
+                )
+                self.retries.schedule(
+                    Retry(org_id, run_id, claimed, outcome.attempts, error, self._one_attempt(claimed, where))
+                )
+                continue
+            await self._record(org_id, run_id, claimed, outcome, where)
 
-    async def _deliver(self, claimed: Claimed, where: dict[str, str]) -> Outcome:
+    def _one_attempt(self, claimed: Claimed, where: dict[str, str]) -> Callable[[], Awaitable[Outcome]]:
+        async def attempt() -> Outcome:
+            return await self._attempt(claimed, where)
+
+        return attempt
+
+    async def _record_retried(self, retry: Retry, outcome: Outcome) -> None:
+        where = {"run_id": str(retry.run_id), "org_id": str(retry.org_id)}
+        await self._record(retry.org_id, retry.run_id, retry.claimed, outcome, where)
+
+    async def _record_interrupted(self, retry: Retry, outcome: Outcome) -> None:
+        await self._store.record_interrupted(retry.org_id, retry.claimed, attempts=outcome.attempts)
+        MESSAGES_DELIVERED.labels(
+            retry.claimed.route.channel if retry.claimed.route else "none", retry.claimed.kind.value, "unknown"
+        ).inc()
+
+    async def close(self, grace_s: float) -> None:
+        """At a stop: pending retries get ``grace_s``, the rest are recorded ``unknown``."""
+        await self.retries.close(grace_s, self._record_interrupted)
+
+    async def _record(
+        self, org_id: uuid.UUID, run_id: uuid.UUID, claimed: Claimed, outcome: Outcome, where: dict[str, str]
+    ) -> None:
+        error = outcome.error
+        channel_name = claimed.route.channel if claimed.route else "none"
+        SEND_ATTEMPTS.labels(channel_name).inc(outcome.attempts)
+        MESSAGES_DELIVERED.labels(channel_name, claimed.kind.value, "sent" if error is None else "failed").inc()
+        await self._store.record_outcome(
+            org_id,
+            run_id,
+            claimed,
+            attempts=outcome.attempts,
+            external_id=outcome.result.external_id if outcome.result else None,
+            error_code=error.code if error else None,
+            error_message=error.message if error else None,
+        )
+        log.info(
+            "message delivered" if error is None else "message not delivered",
+            extra={
+                **where,
+                "message_id": str(claimed.message_id),
+                "kind": claimed.kind.value,
+                "attempts": outcome.attempts,
+                "error_code": error.code if error else None,
+            },
+        )
+
+    async def _attempt(self, claimed: Claimed, where: dict[str, str]) -> Outcome:
+        """One send through the claim's channel (``attempts`` 0 when there is no channel to try)."""
         route = claimed.route
         if route is None:
             return Outcome(
@@ -131,12 +171,13 @@ class NotifierHandlers:
             channel = self._channels.get(route.channel)
         except ChannelError as exc:
             return Outcome(attempts=0, error=exc)
-        destination = route.to(claimed.chat_id)
-
-        def send() -> Awaitable[SendResult]:
-            return channel.send(destination, claimed.text, idempotency_key=str(claimed.message_id))
-
-        return await send_with_retry(send, self._policy, what={**where, "channel": route.channel})
+        try:
+            result = await channel.send(
+                route.to(claimed.chat_id), claimed.text, idempotency_key=str(claimed.message_id)
+            )
+        except ChannelError as exc:
+            return Outcome(attempts=1, error=exc)
+        return Outcome(attempts=1, result=result)
 
     # ------------------------------------------------------------------ humans
 

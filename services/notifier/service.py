@@ -2,8 +2,10 @@
 
 One ``RecordConsumer`` reads ``run_completed``, ``handoff_triggered`` and ``insights``
 (error policy, dead letters, commits after handling); ``handlers.py`` does the work.
-Records are handled one at a time per partition, so a reply's retries hold only its own
-partition (bounded: ``NOTIFIER_SEND_MAX_ATTEMPTS`` x ``NOTIFIER_SEND_BACKOFF_MAX_S``).
+The partitions of a fetch are handled side by side, each in order; a send that failed
+transiently is retried in the background (``retries.py``), so no record waits behind
+another's retries. A sweep task marks claims a stopped notifier left ``sending`` as
+``unknown`` (``NOTIFIER_STALE_CLAIM_S``), once at start and every ``NOTIFIER_SWEEP_INTERVAL_S``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Notifier:
         self.settings = settings
         self._overrides = overrides or NotifierOverrides()
         self._consumer: RecordConsumer | None = None
+        self.handlers: NotifierHandlers | None = None  # tests: the retry queue
 
     async def ready(self) -> bool:
         return self._consumer is not None and await self._consumer.ready()
@@ -82,20 +85,37 @@ class Notifier:
             # each partition still in order, so one slow channel answer does not hold up the rest.
             concurrent_partitions=True,
         )
+        self.handlers = handlers
         consumer_task = asyncio.create_task(self._consumer.run(stop), name="notifier-consumer")
+        sweep_task = asyncio.create_task(self._sweep(store, stop), name="notifier-sweep")
         log.info("notifier delivering", extra={"group_id": settings.group_id, "waha_base_url": settings.waha_base_url})
         try:
             await stop.wait()
             await consumer_task
         finally:
             # Cancelled (a crash in tests) or stopping: nothing past the last handled record is committed.
-            if not consumer_task.done():
-                consumer_task.cancel()
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await consumer_task
+            for task in (consumer_task, sweep_task):
+                if not task.done():
+                    task.cancel()
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await task
+            with contextlib.suppress(Exception):
+                await handlers.close(settings.retry_grace_s)
             await client.aclose()
             await producer.stop()
             await engine.dispose()
+
+    async def _sweep(self, store: NotifierStore, stop: asyncio.Event) -> None:
+        """Claims left ``sending`` by a notifier that stopped mid-retry become ``unknown`` (retries.py)."""
+        while not stop.is_set():
+            try:
+                expired = await store.expire_stale_claims(self.settings.stale_claim_s)
+                if expired:
+                    log.warning("stale delivery claims marked unknown", extra={"count": expired})
+            except Exception as exc:  # the database away: the next sweep tries again
+                log.warning("delivery claim sweep failed", extra={"error": type(exc).__name__})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self.settings.sweep_interval_s)
 
 
 async def run(stop: asyncio.Event, settings: NotifierSettings) -> None:

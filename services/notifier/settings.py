@@ -21,3 +21,10 @@ class NotifierSettings(ServiceSettings):
     send_backoff_initial_s: float = Field(default=0.5, gt=0)
     send_backoff_max_s: float = Field(default=30.0, gt=0)
     db_pool_size: int = Field(default=5, ge=1)
+    # A claim still `sending` this long was left by a notifier that stopped mid-retry: `unknown`
+    # (well above the longest retry: attempts x (timeout + backoff cap)).
+    stale_claim_s: float = Field(default=600.0, gt=0)
+    # How often every notifier sweeps stale claims (and once at start).
+    sweep_interval_s: float = Field(default=60.0, gt=0)
+    # At a stop, how long retries still waiting may go on before they are recorded `unknown`.
+    retry_grace_s: float = Field(default=5.0, ge=0)

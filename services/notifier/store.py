@@ -345,6 +345,30 @@ class NotifierStore:
                 },
             )
 
+    async def record_interrupted(self, org_id: uuid.UUID, claimed: Claimed, *, attempts: int) -> None:
+        """A claim whose retries a stop cut short: ``unknown`` (an attempt may have reached the channel),
+        never sent again — as a claim found ``sending`` on redelivery."""
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            await session.execute(
+                update(RunDelivery)
+                .where(
+                    RunDelivery.org_id == org_id,
+                    RunDelivery.message_id == claimed.message_id,
+                    RunDelivery.status == DeliveryState.SENDING.value,
+                )
+                .values(status=DeliveryState.UNKNOWN.value, attempts=attempts, error_code="interrupted")
+            )
+
+    async def expire_stale_claims(self, older_than_s: float) -> int:
+        """Claims of every org still ``sending`` after ``older_than_s``: their notifier stopped without
+        recording them (a crash during a retry's backoff); ``unknown`` now. Needs no tenant: a SECURITY
+        DEFINER function that scopes itself org by org (revision 0020)."""
+        async with self._sessions() as session, session.begin():
+            expired = await session.scalar(
+                text("SELECT expire_stale_deliveries(:older_than_s)"), {"older_than_s": int(older_than_s)}
+            )
+        return int(expired or 0)
+
     async def cancel_intents(self, org_id: uuid.UUID, run_id: uuid.UUID, reason: str) -> int:
         """Queued intents of a run that must not be sent (handoff, failure): marked failed, never claimed."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):

@@ -33,6 +33,8 @@ LOOKUP_FUNCTIONS: tuple[str, ...] = (
     "admit_org_runs",
     # The usage ledger's fold (revision 0019).
     "fold_usage_entries",
+    # The notifier's sweep of stale delivery claims (revision 0020).
+    "expire_stale_deliveries",
 )
 
 

@@ -55,6 +55,7 @@ LOOKUP_TABLES: Final[frozenset[str]] = frozenset(
         "budget_policies",
         "workspace_token_usage",
         "usage_entries",  # fold_usage_entries and list_orgs_over_budget: which orgs have usage to fold
+        "run_deliveries",  # expire_stale_deliveries: which orgs have claims left sending
         "analysis_claims",  # list_due_analyses: which org-local days are claimed (docs/analysis.md)
     }
 )

@@ -57,6 +57,8 @@ class RunDelivery(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         CheckConstraint("attempts >= 0", name="attempts_non_negative"),
         Index(None, "run_id", "kind"),
         Index(None, "org_id", "created_at"),
+        # The claims in flight, for the notifier's sweep of stale ones (revision 0020).
+        Index("ix_run_deliveries_sending_updated_at", "updated_at", postgresql_where=text("status = 'sending'")),
     )
 
     run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("ai_agent_runs.id", ondelete="CASCADE"))

@@ -1,0 +1,141 @@
+"""Retries off the consume path (services/notifier/retries.py): a failing channel delays only its own
+messages, a retried reply is still sent once, and a claim a crashed notifier left mid-retry becomes
+``unknown`` by the sweep — never sent again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from scripts.channel_server import ChannelServer
+from services.api.runs_live.service import partition_of
+from services.notifier.settings import NotifierSettings
+from switchboard.contracts import Record, Topics, TopicSpec
+from switchboard.crypto import KeyRing
+from switchboard.settings import KafkaSettings
+from tests.integration.notifier.conftest import API_KEY, RunningNotifier, World, eventually
+from tests.support.api import create_org
+from tests.support.stack import StackEndpoints
+
+pytestmark = pytest.mark.integration
+
+Publish = Callable[[TopicSpec[Any], Record], Awaitable[None]]
+
+
+def _statuses(world: World, run_id: Any) -> list[str]:
+    return [d.status for d in world.deliveries(run_id)]
+
+
+@pytest.fixture
+async def second_channel() -> AsyncIterator[ChannelServer]:
+    server = await ChannelServer(api_key=API_KEY).start()
+    yield server
+    await server.stop()
+
+
+def _same_partition_world(
+    stack: StackEndpoints, keyring: KeyRing, channel_url: str, like: World, partitions: int
+) -> World:
+    """Another org's conversation whose records share ``like``'s partition (keys are conversation ids)."""
+    target = partition_of(like.conversation_id, partitions)
+    for _ in range(64):
+        world = World(create_org(stack.database_url), keyring, channel_url)
+        if partition_of(world.conversation_id, partitions) == target:
+            return world
+    raise AssertionError("no conversation landed on the same partition")
+
+
+def _patient(settings: NotifierSettings, **overrides: Any) -> NotifierSettings:
+    """Many attempts, short backoffs: a failing channel keeps being retried during the test."""
+    return settings.model_copy(
+        update={"send_max_attempts": 40, "send_backoff_initial_s": 0.1, "send_backoff_max_s": 0.3, **overrides}
+    )
+
+
+async def test_a_failing_channel_never_delays_another_conversations_reply(
+    stack: StackEndpoints,
+    keyring: KeyRing,
+    topics: KafkaSettings,
+    world: World,
+    channel: ChannelServer,
+    second_channel: ChannelServer,
+    notifier_settings: NotifierSettings,
+    publish: Publish,
+) -> None:
+    other = _same_partition_world(stack, keyring, second_channel.url, world, topics.conversation_partitions)
+    channel.fail_next(503, times=1000)  # the first org's WAHA is down
+    notifier = await RunningNotifier(_patient(notifier_settings), keyring).wait_ready()
+    try:
+        stuck = world.run(text="for the org whose channel is down")
+        await publish(Topics.RUN_COMPLETED, stuck)
+        await channel.wait_for(1, timeout=20)  # its first attempt failed
+        fine = other.run(text="for the org whose channel works")
+        await publish(Topics.RUN_COMPLETED, fine)  # the next record of the same partition
+
+        await eventually(lambda: _statuses(other, fine.run_id), lambda s: s == ["sent"])
+        assert _statuses(world, stuck.run_id) == ["sending"], "the failing reply is still being retried"
+        assert [s.text for s in second_channel.delivered] == ["for the org whose channel works"]
+
+        channel.recover()
+        [delivery] = await eventually(
+            lambda: world.deliveries(stuck.run_id), lambda d: [x.status for x in d] == ["sent"]
+        )
+        assert delivery.attempts == len(channel.received) >= 2
+        assert [s.text for s in channel.delivered] == ["for the org whose channel is down"]
+    finally:
+        await notifier.stop()
+
+
+async def test_a_claim_left_mid_retry_by_a_crash_becomes_unknown_and_is_never_resent(
+    keyring: KeyRing,
+    world: World,
+    channel: ChannelServer,
+    notifier_settings: NotifierSettings,
+    publish: Publish,
+) -> None:
+    channel.fail_next(503, times=1000)
+    first = await RunningNotifier(_patient(notifier_settings), keyring).wait_ready()
+    stuck = world.run()
+    await publish(Topics.RUN_COMPLETED, stuck)
+    await channel.wait_for(2, timeout=20)  # retrying in the background
+    await first.crash()  # the record's offset was committed: no redelivery will find the claim
+    channel.recover()
+    attempts_before = len(channel.received)
+
+    sweeping = _patient(notifier_settings, stale_claim_s=1.0, sweep_interval_s=0.2)
+    second = await RunningNotifier(sweeping, keyring).wait_ready()
+    try:
+        [delivery] = await eventually(
+            lambda: world.deliveries(stuck.run_id), lambda d: [x.status for x in d] == ["unknown"]
+        )
+        assert delivery.error_code == "interrupted"
+        marker = world.run(text="marker")
+        await publish(Topics.RUN_COMPLETED, marker)
+        await eventually(lambda: _statuses(world, marker.run_id), lambda s: s == ["sent"])
+        assert len(channel.received) == attempts_before + 1, "only the marker was sent after the crash"
+        assert channel.delivered[-1].text == "marker"
+    finally:
+        await second.stop()
+
+
+async def test_a_graceful_stop_records_retries_still_waiting_as_unknown(
+    keyring: KeyRing,
+    world: World,
+    channel: ChannelServer,
+    notifier_settings: NotifierSettings,
+    publish: Publish,
+) -> None:
+    channel.fail_next(503, times=1000)
+    notifier = await RunningNotifier(_patient(notifier_settings, retry_grace_s=0.2), keyring).wait_ready()
+    stuck = world.run()
+    await publish(Topics.RUN_COMPLETED, stuck)
+    await channel.wait_for(2, timeout=20)
+    await notifier.stop()
+    [delivery] = world.deliveries(stuck.run_id)
+    assert (delivery.status, delivery.error_code) == ("unknown", "interrupted")
+    assert delivery.attempts >= 2
+    await asyncio.sleep(0.5)
+    assert all(s.status_returned == 503 for s in channel.received), "nothing sent after the stop"
