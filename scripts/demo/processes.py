@@ -58,6 +58,11 @@ class Proc:
     argv: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def ready_url(self) -> str:
+        """A service's readiness probe (its consumers joined their groups); others: the health URL."""
+        return self.health_url.replace("/healthz", "/readyz")
+
 
 @dataclass
 class ProcessGroup:
@@ -124,11 +129,13 @@ class ProcessGroup:
             {port_env: str(port), **(extra_env or {})},
         )
 
-    def wait_healthy(self, name: str, timeout_s: float = 60.0, ok_statuses: tuple[int, ...] = (200,)) -> None:
-        """Poll the health URL until it answers ``ok_statuses``; raise with the log's tail if the process
-        died or the deadline passed."""
+    def wait_healthy(
+        self, name: str, timeout_s: float = 60.0, ok_statuses: tuple[int, ...] = (200,), *, ready: bool = False
+    ) -> None:
+        """Poll the health URL (``ready``: the readiness URL) until it answers ``ok_statuses``; raise with
+        the log's tail if the process died or the deadline passed."""
         proc = self.procs[name]
-        url = proc.health_url
+        url = proc.ready_url if ready else proc.health_url
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if proc.popen.poll() is not None:
@@ -240,7 +247,8 @@ def start_topology(
     timeout_s: float = 90.0,
 ) -> Topology:
     """API first (the others need its outbox relay and maybe its tool server), then the channel server,
-    the MCP server if the API does not mount it, and the four workers; returns when all are healthy."""
+    the MCP server if the API does not mount it, and the four workers; returns when all are healthy
+    and the workers ready."""
     extra = service_env or {}
     port = {name: pick_port(default if preferred else None) for name, default in DEMO_PORTS.items()}
     api_url = f"http://127.0.0.1:{port['api']}"
@@ -275,6 +283,8 @@ def start_topology(
     if channel_url is not None:
         group.wait_healthy("channel", timeout_s)
     for service in workers:
-        group.wait_healthy(service, timeout_s)
+        # Ready, not just alive: a consumer that has not joined its group yet would hold the first
+        # message for the join (seconds; on a loaded machine more than a scenario waits).
+        group.wait_healthy(service, timeout_s, ready=True)
     metrics = {"api": f"{api_url}/metrics"} | {s: f"http://127.0.0.1:{port[s]}/metrics" for s in workers}
     return Topology(api_url, channel_url, mcp_url, mounted, metrics)

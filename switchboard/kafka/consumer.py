@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from switchboard.contracts import ContractError, Serde, TopicSpec
@@ -109,6 +109,20 @@ class DeadLetterSink(Protocol):
     async def publish(self, record: ConsumerRecord[bytes, bytes], failure: Failure) -> None: ...
 
 
+class _JoinWatch(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Sets ``joined`` once the group gave this member its share (possibly none): only then ready."""
+
+    def __init__(self) -> None:
+        self.joined = asyncio.Event()
+
+    async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        del revoked
+
+    async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        del assigned
+        self.joined.set()
+
+
 class _Stopping(Exception):
     """Raised inside processing when shutdown interrupts a retry: leave the offset uncommitted."""
 
@@ -148,6 +162,7 @@ class RecordConsumer:
         self._max_batch = max_batch
         self._options = dict(consumer_options or {})
         self._consumer: AIOKafkaConsumer | None = None
+        self._join = _JoinWatch()
         self._stop = asyncio.Event()
         self._flow = flow
         self._paused = False
@@ -159,14 +174,17 @@ class RecordConsumer:
         self._concurrent_partitions = concurrent_partitions
 
     async def ready(self) -> bool:
-        """Ready once the group assigned us partitions (or the group simply has none for us)."""
-        return self._consumer is not None and self._consumer.assignment() is not None
+        """Ready once the group's first join completed: partitions assigned (or none left for us).
+
+        Before that a record published now would wait for the join (seconds, more under
+        load), so a readiness probe, ``make demo`` and the end-to-end tests wait for this.
+        """
+        return self._consumer is not None and self._join.joined.is_set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set; commits what was handled before returning."""
         self._stop = stop
         consumer = AIOKafkaConsumer(
-            *self._topics,
             bootstrap_servers=self._kafka.bootstrap_servers,
             client_id=f"{self._kafka.client_id}-{self._service}",
             group_id=self._group_id,
@@ -175,6 +193,8 @@ class RecordConsumer:
             isolation_level="read_committed",
             **self._options,
         )
+        self._join = _JoinWatch()
+        consumer.subscribe(list(self._topics), listener=self._join)
         self._consumer = consumer
         await consumer.start()
         log.info("consumer started", extra={"group_id": self._group_id, "topics": sorted(self._topics)})

@@ -131,10 +131,6 @@ async def send_steadily(api: httpx.AsyncClient, org: DemoOrg, profile: Profile, 
     return log
 
 
-def _ready_url(proc: processes.Proc) -> str:
-    return proc.health_url.replace("/healthz", "/readyz")
-
-
 def wait_ready(group: processes.ProcessGroup, names: tuple[str, ...], timeout_s: float) -> list[str]:
     """Until every named process answers /readyz 200 (it is consuming again); raise with its log otherwise.
 
@@ -155,7 +151,7 @@ def wait_ready(group: processes.ProcessGroup, names: tuple[str, ...], timeout_s:
             group.restart(name)
             continue
         try:
-            if httpx.get(_ready_url(proc), timeout=2).status_code == 200:
+            if httpx.get(proc.ready_url, timeout=2).status_code == 200:
                 pending.pop(0)
                 continue
         except httpx.TransportError:

@@ -190,7 +190,11 @@ async def test_sigkill_mid_stream_then_restart_recovers_the_table_and_never_disp
 ) -> None:
     org = make_org()
     await producer.send(Topics.PUBLISHED, publish_record(org, agent_snapshot(org, SESSION)))
-    worker = await worker_factory(DISPATCHER_LEASE_S="30")
+    # A kill between a batch's state write and its run requests leaves a run dispatched whose
+    # request never left: its start lease recovers it (attempt 2). 30 s instead of the production
+    # 120 s, so that recovery fits the wait below; runs heartbeat, so 30 s never lapses a live one.
+    leases = {"DISPATCHER_LEASE_S": "30", "DISPATCHER_START_LEASE_S": "30"}
+    worker = await worker_factory(**leases)
     conversations = [uuid.uuid4() for _ in range(60)]
     sent = []
     slow = lambda rr: Behavior(delay_s=random.uniform(0.2, 1.5))  # noqa: E731 - runs straddle the crash
@@ -213,7 +217,7 @@ async def test_sigkill_mid_stream_then_restart_recovers_the_table_and_never_disp
         for i in range(2):
             await send_round(f"while down {i}")
             await asyncio.sleep(0.2)
-        restarted = await worker_factory(DISPATCHER_LEASE_S="30")
+        restarted = await worker_factory(**leases)
         for i in range(2):
             await send_round(f"after {i}")
             await asyncio.sleep(0.3)
@@ -223,7 +227,9 @@ async def test_sigkill_mid_stream_then_restart_recovers_the_table_and_never_disp
             answered = {m for i in runner.intervals if i.ended is not None for m in i.message_ids}
             return answered >= all_messages
 
-        await observer.wait_for(done, timeout_s=60, what="every message answered after the restart")
+        # Leases are judged 30 s after the restart (the worker first catches up), then a lost
+        # request is recovered and its conversation's queued messages follow.
+        await observer.wait_for(done, timeout_s=90, what="every message answered after the restart")
         await asyncio.sleep(1.0)
         runs_per_message = answered_by(observer.run_requests)
         duplicates = {m: runs for m, runs in runs_per_message.items() if len(runs) > 1}
