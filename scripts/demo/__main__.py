@@ -118,6 +118,8 @@ def run_demo() -> int:
         )
         for name, proc in group.procs.items():
             report.kv(name, f"pid {proc.popen.pid}  {proc.health_url}")
+        supervisor = processes.start_supervisor(group)
+        report.kv(processes.SUPERVISOR, f"pid {supervisor.pid}  restarts a process that exits (logs/supervisor.log)")
         report.kv("tool server", f"{topology.mcp_url} ({'in the API' if topology.mcp_mounted else 'own process'})")
         if topology.channel_url is None:
             report.skip("channel", "the local channel server shows what customers receive", "scripts/channel_server.py")

@@ -9,6 +9,7 @@ line is still one of ours, so a recycled pid is never killed.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -24,7 +25,9 @@ import httpx
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("api", "dispatcher", "runner", "notifier", "brief")
 # What a command line of ours contains; anything else behind a stale pid file is left alone.
-OUR_COMMANDS = ("services.cli", "scripts.channel_server", "services.api.mcp")
+OUR_COMMANDS = ("services.cli", "scripts.channel_server", "services.api.mcp", "scripts.demo.supervise")
+# The demo's supervisor (scripts/demo/supervise.py): its pid file is ``<run_dir>/pids/supervisor.pid``.
+SUPERVISOR = "supervisor"
 CHANNEL_SERVER_MODULE = "scripts.channel_server"
 
 
@@ -181,10 +184,45 @@ def _ours(pid: int) -> bool:
     return any(marker in cmdline for marker in OUR_COMMANDS)
 
 
+def start_supervisor(group: ProcessGroup) -> subprocess.Popen[bytes]:
+    """Keep the group's processes running after ``make demo`` returns, as Kubernetes would
+    (scripts/demo/supervise.py). The spec goes over stdin: the environment holds provider keys."""
+    spec = {
+        "run_dir": str(group.run_dir),
+        "cwd": str(REPO_ROOT),
+        "env": dict(group.env),
+        "workers": [
+            {"name": p.name, "argv": p.argv, "extra_env": p.extra_env, "log_path": str(p.log_path)}
+            for p in group.procs.values()
+        ],
+    }
+    group.logs_dir.mkdir(parents=True, exist_ok=True)
+    with (group.logs_dir / f"{SUPERVISOR}.out").open("wb") as out:
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "scripts.demo.supervise"],
+            cwd=REPO_ROOT,
+            env=dict(group.env),
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    assert popen.stdin is not None
+    popen.stdin.write(json.dumps(spec).encode())
+    popen.stdin.close()
+    (group.pids_dir / f"{SUPERVISOR}.pid").write_text(f"{popen.pid}\n")
+    return popen
+
+
+def _stop_order(pid_file: Path) -> tuple[bool, str]:
+    """The supervisor first, so that it never starts again what is being stopped."""
+    return (pid_file.stem != SUPERVISOR, pid_file.stem)
+
+
 def stop_previous(run_dir: Path, timeout_s: float = 30.0) -> list[str]:
     """Stop the processes a previous demo left (from its pid files); the names of those stopped."""
     pids: dict[str, int] = {}
-    for pid_file in sorted((run_dir / "pids").glob("*.pid")):
+    for pid_file in sorted((run_dir / "pids").glob("*.pid"), key=_stop_order):
         try:
             pid = int(pid_file.read_text().strip())
         except ValueError:

@@ -36,10 +36,11 @@ up() {
 # SIGTERM those whose command line is still ours, wait up to 30 s, then SIGKILL.
 stop_demo() {
   local f pid pids=()
-  for f in "$VAR_DIR"/demo/pids/*.pid; do
+  # The supervisor first (scripts/demo/supervise.py), so that it never restarts what is being stopped.
+  for f in "$VAR_DIR"/demo/pids/supervisor.pid "$VAR_DIR"/demo/pids/*.pid; do
     [[ -e "$f" ]] || continue
     pid="$(cat "$f")"
-    if [[ "$pid" =~ ^[0-9]+$ ]] && grep -qaE 'services\.cli|scripts\.channel_server|services\.api\.mcp' "/proc/$pid/cmdline" 2>/dev/null; then
+    if [[ "$pid" =~ ^[0-9]+$ ]] && grep -qaE 'services\.cli|scripts\.channel_server|services\.api\.mcp|scripts\.demo\.supervise' "/proc/$pid/cmdline" 2>/dev/null; then
       kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
     fi
     rm -f "$f"
