@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import socket
 import time
 from collections.abc import Coroutine, Sequence
@@ -101,6 +102,8 @@ class Dispatcher:
             max_attempts=settings.max_attempts,
             reply_interval_s=settings.reply_interval_s,
             state_ttl_s=settings.state_ttl_s,
+            # Unique per start (a restarted pod keeps its host name and pid 1).
+            incarnation=f"{self.worker_id}/{secrets.token_hex(4)}",
         )
         self.ticker = Ticker(
             emitter=self.producer,
@@ -108,6 +111,7 @@ class Dispatcher:
             interval_s=settings.tick_interval_s,
             state_ttl_s=settings.state_ttl_s,
             clock=utc_now,
+            incarnation=self.config.incarnation,
         )
         self.admission = PostgresAdmission(
             settings.database.url.get_secret_value(),

@@ -55,6 +55,7 @@ from services.dispatcher.state import (
     Transition,
     dedupe_key,
     derived_id,
+    messages_of,
 )
 from switchboard.contracts import (
     ConcurrencyPolicy,
@@ -74,6 +75,9 @@ from switchboard.contracts import (
     Topics,
     WakeReason,
 )
+from switchboard.observability.logging import get_logger
+
+log = get_logger(__name__)
 
 HANDED_OFF_REASON = "conversation handed off to humans"
 INTERRUPT_TEXT = "A new customer message arrived: stop at this turn boundary; a new run will answer every message."
@@ -87,6 +91,9 @@ class PolicyConfig:
     max_attempts: int = 3
     reply_interval_s: float = 5.0
     state_ttl_s: float = 24 * 3600.0
+    # This worker process, unique per start: a run whose request another incarnation sent and no
+    # runner acknowledged is re-sent once by the incarnation that takes its conversation over.
+    incarnation: str = ""
 
 
 @dataclass(slots=True)
@@ -486,6 +493,7 @@ def _try_start(state: ConversationState, ctx: Context, t: Transition, *, choice:
         requested_count=len(dispatches),
         dispatched_at=ctx.now,
         lease_expires_at=recovery.start_lease_expiry(ctx.now, ctx.config.lease_s, ctx.config.start_lease_s),
+        requested_by=ctx.config.incarnation,
     )
     state.active = run
     state.pending = []
@@ -560,8 +568,11 @@ def _run_requested(
     )
 
 
-def _recovery_requested(state: ConversationState, run: ActiveRun, ctx: Context) -> RunRequested:
+def _request_of(state: ConversationState, run: ActiveRun, ctx: Context) -> RunRequested:
+    """The run request of an active run, rebuilt from the state: a recovery attempt's, or the same
+    request again (same event id) for a run whose first request may never have left."""
     first = run.dispatches[0]
+    requested = run.dispatches[: run.requested_count]  # the ones steered in later were never in it
     return RunRequested(
         event_id=derived_id("run_requested", run.run_id),
         occurred_at=ctx.now,
@@ -575,10 +586,10 @@ def _recovery_requested(state: ConversationState, run: ActiveRun, ctx: Context) 
         version_id=run.version_id,
         attempt=run.attempt,
         parent_run_id=run.parent_run_id,
-        wake_reason=WakeReason.RECOVERY,
+        wake_reason=run.wake_reason,
         wake_context=run.wake_context,
-        messages=run.messages,
-        dispatch_ids=run.dispatch_ids,
+        messages=messages_of(requested),
+        dispatch_ids=tuple(d.event_id for d in requested),
         dry_run=False,
     )
 
@@ -659,8 +670,9 @@ def _lose_or_recover(state: ConversationState, active: ActiveRun, ctx: Context, 
     state.close_run(active.run_id)
     if active.attempt < ctx.config.max_attempts:
         attempt = recovery.recovery_attempt(active, ctx.now, ctx.config.lease_s, ctx.config.start_lease_s)
+        attempt.requested_by = ctx.config.incarnation
         state.active = attempt
-        t.outputs.append(Emit(Topics.RUN_REQUESTED, _recovery_requested(state, attempt, ctx)))
+        t.outputs.append(Emit(Topics.RUN_REQUESTED, _request_of(state, attempt, ctx)))
         t.decisions.append(_run_decision(state, attempt, DispatchOutcome.RECOVERED, ctx, reason=reason))
         return
     state.active = None
@@ -673,10 +685,32 @@ def _lose_or_recover(state: ConversationState, active: ActiveRun, ctx: Context, 
     _start_due(state, ctx, t)
 
 
+def _resend_request(state: ConversationState, active: ActiveRun, ctx: Context, t: Transition) -> None:
+    """Send again the request of a run this worker took over and no runner acknowledged.
+
+    Its sender may have crashed between writing the state and sending the request (the
+    processor's step 4 → 5), which left the conversation waiting for the start lease (two
+    minutes). The same request again costs nothing if the first did leave: same run id, same
+    event id, and the runner runs a run id once. The lease restarts from the re-send."""
+    active.requested_by = ctx.config.incarnation
+    active.lease_expires_at = max(
+        active.lease_expires_at,
+        recovery.start_lease_expiry(ctx.now, ctx.config.lease_s, ctx.config.start_lease_s),
+    )
+    t.outputs.append(Emit(Topics.RUN_REQUESTED, _request_of(state, active, ctx)))
+    log.info(
+        "run request re-sent after taking the conversation over",
+        extra={"run_id": str(active.run_id), "conversation_id": str(state.conversation_id), "attempt": active.attempt},
+    )
+
+
 def on_tick(state: ConversationState, ctx: Context, t: Transition) -> None:
     """The timer found something due: a lapsed lease, a deferred dispatch, or an idle state to drop."""
     active = state.active
     if active is not None:
+        if recovery.taken_over_unacknowledged(active, ctx.config.incarnation):
+            _resend_request(state, active, ctx, t)
+            return
         deferred = recovery.deferred_expiry(active, ctx.now, ctx.judge_leases_from)
         if deferred is not None:
             active.lease_expires_at = deferred  # catching up: look again when the input is read

@@ -304,7 +304,11 @@ class BatchProcessor:
                     self._due.update(
                         group.key,
                         group.org_id,
-                        recovery.next_due(new_state, self._config.state_ttl_s) if new_state is not None else None,
+                        (
+                            recovery.next_due(new_state, self._config.state_ttl_s, self._config.incarnation)
+                            if new_state is not None
+                            else None
+                        ),
                     )
             decisions.extend(transition.decisions)
             outputs.extend(transition.outputs)

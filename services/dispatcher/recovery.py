@@ -77,6 +77,12 @@ def deferred_expiry(active: ActiveRun, now: datetime, judge_from: datetime | Non
     return judge_from
 
 
+def taken_over_unacknowledged(active: ActiveRun, incarnation: str) -> bool:
+    """No runner acknowledged the run and another worker incarnation sent its request: that
+    worker may have died before the request left, so this one sends it again (once)."""
+    return bool(incarnation) and not active.started and active.requested_by != incarnation
+
+
 class CatchUp:
     """Whether this worker has caught up with its input, so that silence means silence.
 
@@ -187,10 +193,13 @@ def lost_run_completed(state: ConversationState, active: ActiveRun, now: datetim
     )
 
 
-def next_due(state: ConversationState, state_ttl_s: float) -> datetime:
-    """When the timer should next look at this conversation: its lease, its deferred
-    dispatches' not-before time, or (idle) the end of its state's life."""
+def next_due(state: ConversationState, state_ttl_s: float, incarnation: str = "") -> datetime:
+    """When the timer should next look at this conversation: at once for a run whose request
+    ``incarnation`` must send again (:func:`taken_over_unacknowledged`), else its lease, its
+    deferred dispatches' not-before time, or (idle) the end of its state's life."""
     if state.active is not None:
+        if taken_over_unacknowledged(state.active, incarnation):
+            return state.active.dispatched_at  # in the past: the next tick
         return state.active.lease_expires_at
     if state.pending:
         return state.not_before or state.updated_at

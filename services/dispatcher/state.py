@@ -72,6 +72,9 @@ class ActiveRun(_Model):
     lease_expires_at: datetime
     # A runner has acknowledged the run (run_started or a heartbeat): the short lease applies.
     started: bool = False
+    # The worker incarnation (PolicyConfig.incarnation) that last sent the run request; another
+    # one that takes the conversation over before any acknowledgment sends it once more.
+    requested_by: str = ""
     interrupt_requested: bool = False
 
     @property

@@ -8,8 +8,10 @@ tick comes back through the stream on the conversation's own partition, so every
 change still happens inside the stream (the changelog is written from one place).
 
 The ticker never writes state. After a rebalance, the conversations recovered from the
-changelog are rescanned once (``rebuild``). A tick that changed nothing (it raced an
-event) is re-sent after a few intervals until the conversation moves on.
+changelog are rescanned once (``rebuild``); a run another worker dispatched and no runner
+acknowledged is due at once, so that its request is sent again (``policy.on_tick``). A tick
+that changed nothing (it raced an event) is re-sent after a few intervals until the
+conversation moves on.
 """
 
 from __future__ import annotations
@@ -42,9 +44,11 @@ class Ticker:
         interval_s: float,
         state_ttl_s: float,
         clock: Callable[[], datetime],
+        incarnation: str = "",
     ) -> None:
         self._emitter = emitter
         self._worker_id = worker_id
+        self._incarnation = incarnation
         self._interval_s = interval_s
         self._state_ttl_s = state_ttl_s
         self._clock = clock
@@ -75,7 +79,7 @@ class Ticker:
             except ValueError:
                 log.error("unreadable conversation state skipped", extra={"key": key.decode(errors="replace")})
                 continue
-            self.update(key, state.org_id, recovery.next_due(state, self._state_ttl_s))
+            self.update(key, state.org_id, recovery.next_due(state, self._state_ttl_s, self._incarnation))
         metrics.CONVERSATIONS.labels("held").set(len(self._due))
         return len(self._due)
 

@@ -343,6 +343,7 @@ class StandInRunner:
         self._serde = Serde.from_settings(self.kafka)
         self._interrupts: dict[uuid.UUID, asyncio.Event] = {}
         self._steered: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
+        self._taken: set[uuid.UUID] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._producer = RecordProducer(self.kafka, service="stand-in-runner", serde=self._serde, linger_ms=1)
 
@@ -381,6 +382,9 @@ class StandInRunner:
                         request = self._serde.decode(Topics.RUN_REQUESTED, raw.value)
                         assert isinstance(request, RunRequested)
                         self.received.append(request)
+                        if request.run_id in self._taken:
+                            continue  # a run id runs once, as in the real runner (a re-sent request)
+                        self._taken.add(request.run_id)
                         task = asyncio.create_task(self._run(request))
                         self._tasks.add(task)
                         task.add_done_callback(self._tasks.discard)

@@ -191,9 +191,9 @@ async def test_sigkill_mid_stream_then_restart_recovers_the_table_and_never_disp
     org = make_org()
     await producer.send(Topics.PUBLISHED, publish_record(org, agent_snapshot(org, SESSION)))
     # A kill between a batch's state write and its run requests leaves a run dispatched whose
-    # request never left: its start lease recovers it (attempt 2). 30 s instead of the production
-    # 120 s, so that recovery fits the wait below; runs heartbeat, so 30 s never lapses a live one.
-    leases = {"DISPATCHER_LEASE_S": "30", "DISPATCHER_START_LEASE_S": "30"}
+    # request never left: the restarted worker sends it again (the production start lease, 120 s,
+    # would outlast the wait below); runs heartbeat, so the 30 s lease never lapses a live one.
+    leases = {"DISPATCHER_LEASE_S": "30"}
     worker = await worker_factory(**leases)
     conversations = [uuid.uuid4() for _ in range(60)]
     sent = []
@@ -227,15 +227,15 @@ async def test_sigkill_mid_stream_then_restart_recovers_the_table_and_never_disp
             answered = {m for i in runner.intervals if i.ended is not None for m in i.message_ids}
             return answered >= all_messages
 
-        # Leases are judged 30 s after the restart (the worker first catches up), then a lost
-        # request is recovered and its conversation's queued messages follow.
-        await observer.wait_for(done, timeout_s=90, what="every message answered after the restart")
+        await observer.wait_for(done, timeout_s=60, what="every message answered after the restart")
         await asyncio.sleep(1.0)
         runs_per_message = answered_by(observer.run_requests)
         duplicates = {m: runs for m, runs in runs_per_message.items() if len(runs) > 1}
         assert not duplicates, f"{len(duplicates)} messages got a second run_requested"
         assert_no_overlap(runner.intervals)
-        assert len({r.run_id for r in observer.run_requests}) == len(observer.run_requests)
+        # A request may be re-sent (no runner had acknowledged it when the worker died), as itself.
+        by_run = {(r.run_id, r.event_id, r.attempt, r.messages) for r in observer.run_requests}
+        assert len(by_run) == len({r.run_id for r in observer.run_requests})
         # The busy table came back from the changelog, not from scratch.
         recovered = [line for line in restarted.logs().splitlines() if "conversation table recovered" in line]
         assert recovered and '"conversations": 60' in recovered[0], recovered
@@ -304,6 +304,39 @@ async def test_a_run_no_runner_took_yet_holds_the_start_lease_not_the_lease(
         waited = (recovery.occurred_at - first.occurred_at).total_seconds()
         assert waited >= 5, f"recovered after {waited:.1f} s: the 1.5 s lease was applied, not the start lease"
         assert recovery.parent_run_id == first.run_id
+
+
+async def test_a_request_no_runner_acknowledged_is_sent_again_by_the_restarted_worker(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    """The worker died between writing the state and sending the request, or the request sits
+    unread: either way the worker that takes over sends the same request once, at once — not
+    after the two-minute start lease."""
+    org = make_org()
+    await producer.send(Topics.PUBLISHED, publish_record(org, agent_snapshot(org, SESSION)))
+    first_worker = await worker_factory()  # the production start lease: 120 s
+    queued = lambda rr: Behavior(start=False)  # noqa: E731 - never acknowledges
+    async with Observer(topics) as observer, StandInRunner(topics, behavior=queued):
+        await producer.send(Topics.DISPATCH_REQUESTED, dispatch_record(org, uuid.uuid4(), SESSION))
+        await observer.wait_for(lambda: len(observer.run_requests) == 1, what="the run request")
+        first_worker.kill()
+        restarted_at = time.monotonic()
+        await worker_factory()
+        await observer.wait_for(lambda: len(observer.run_requests) == 2, timeout_s=40, what="the re-sent request")
+        waited = time.monotonic() - restarted_at
+        await asyncio.sleep(3.0)  # a few ticks more: once
+        original, again = observer.run_requests
+        assert len(observer.run_requests) == 2
+        assert (again.event_id, again.run_id, again.attempt, again.messages) == (
+            original.event_id,
+            original.run_id,
+            1,
+            original.messages,
+        )
+        assert waited < 60, f"re-sent after {waited:.0f} s"
 
 
 # --------------------------------------------------------------------------- org rate limit

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pytest
 
+from services.dispatcher import recovery
 from services.dispatcher.agents import AgentIndex
 from services.dispatcher.limits import Admission
 from services.dispatcher.policy import PolicyConfig, apply
@@ -443,6 +445,56 @@ def test_a_run_handed_back_by_its_runner_is_recovered_at_once() -> None:
 def test_a_tick_before_the_lease_expires_does_nothing() -> None:
     conv, _ = start_busy(ConcurrencyPolicy.ENQUEUE)
     assert conv.send(tick(T0), at=T0 + timedelta(seconds=29)).outputs == []
+
+
+# --------------------------------------------------------------------------- taking a conversation over
+
+SENDER = dataclasses.replace(FAST, incarnation="worker-a/1")
+SUCCESSOR = dataclasses.replace(FAST, incarnation="worker-b/2")
+
+
+def test_a_worker_taking_over_an_unacknowledged_run_sends_the_same_request_once() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.STEER, SENDER)
+    conv.send(dispatch("e amanhã?"))  # steered in: never part of the request
+    conv.config = SUCCESSOR  # the sender died; this worker recovered the table
+    t = conv.send(tick(T0), at=T0 + timedelta(seconds=2))
+    (again,) = runs(t)
+    same = ("event_id", "run_id", "attempt", "parent_run_id", "messages", "dispatch_ids", "wake_reason", "agent_id")
+    assert {f: getattr(again, f) for f in same} == {f: getattr(run, f) for f in same}
+    assert outcomes(t) == [], "the same run again, not a new decision"
+    assert conv.active.lease_expires_at == T0 + timedelta(seconds=32), "the start lease runs from the re-send"
+    assert conv.send(tick(T0), at=T0 + timedelta(seconds=3)).outputs == [], "once"
+
+
+def test_a_run_a_runner_acknowledged_is_not_sent_again_by_the_worker_taking_over() -> None:
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE, SENDER)
+    conv.send(started(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=1))
+    conv.config = SUCCESSOR
+    assert conv.send(tick(T0), at=T0 + timedelta(seconds=2)).outputs == []
+
+
+def test_the_worker_that_sent_a_request_never_sends_it_again() -> None:
+    conv, _ = start_busy(ConcurrencyPolicy.ENQUEUE, SENDER)
+    assert conv.send(tick(T0), at=T0 + timedelta(seconds=2)).outputs == []
+
+
+def test_a_run_taken_over_is_due_at_once_and_then_at_its_lease() -> None:
+    conv, _ = start_busy(ConcurrencyPolicy.ENQUEUE, SENDER)
+    assert conv.state is not None
+    assert recovery.next_due(conv.state, 3600, SENDER.incarnation) == conv.active.lease_expires_at
+    assert recovery.next_due(conv.state, 3600, SUCCESSOR.incarnation) == conv.active.dispatched_at
+    conv.config = SUCCESSOR
+    conv.send(tick(T0), at=T0 + timedelta(seconds=2))
+    assert recovery.next_due(conv.state, 3600, SUCCESSOR.incarnation) == conv.active.lease_expires_at
+
+
+def test_a_recovery_attempt_is_the_recovering_workers_request() -> None:
+    conv, _ = start_busy(ConcurrencyPolicy.ENQUEUE, SENDER)
+    conv.config = SUCCESSOR
+    conv.send(tick(T0), at=T0 + timedelta(seconds=2))  # re-sent: lease now T0 + 32 s
+    (retry,) = runs(conv.send(tick(T0), at=T0 + timedelta(seconds=33)))
+    assert retry.attempt == 2
+    assert conv.send(tick(T0), at=T0 + timedelta(seconds=34)).outputs == [], "its own request: not re-sent"
 
 
 # --------------------------------------------------------------------------- limits: 5 s rule, org rate limit
