@@ -221,6 +221,7 @@ def figures(snapshot: Snapshot, closed: set[uuid.UUID | None], faults: list[Faul
         "decisions by outcome": dict(outcomes),
         "faults": [
             f"{f.target} at {f.at:%H:%M:%S} (ready again after {f.back_after_s:.1f} s"
+            + (f"; waited for {', '.join(f'{n} {s} s' for n, s in f.waited_for)}" if f.waited_for else "")
             + (f"; restarted after exiting: {', '.join(f.supervisor_restarts)})" if f.supervisor_restarts else ")")
             for f in faults
         ],

@@ -75,6 +75,7 @@ class Fault:
     at: datetime  # when it was killed (or the broker stopped)
     back_after_s: float  # until everything answered /readyz again
     supervisor_restarts: tuple[str, ...] = ()  # processes that exited meanwhile and were started again
+    waited_for: tuple[tuple[str, float], ...] = ()  # each service's seconds until ready, when more than 1 s
 
 
 @dataclass
@@ -131,14 +132,18 @@ async def send_steadily(api: httpx.AsyncClient, org: DemoOrg, profile: Profile, 
     return log
 
 
-def wait_ready(group: processes.ProcessGroup, names: tuple[str, ...], timeout_s: float) -> list[str]:
+def wait_ready(
+    group: processes.ProcessGroup, names: tuple[str, ...], timeout_s: float, waited: dict[str, float] | None = None
+) -> list[str]:
     """Until every named process answers /readyz 200 (it is consuming again); raise with its log otherwise.
 
     A process that exited is started again, as its supervisor (Kubernetes) would: the dispatcher exits
     on purpose (code 70) when a batch cannot be committed because the broker is gone, so that the batch
-    is replayed from the changelog. Returns what was restarted (at most three restarts).
+    is replayed from the changelog. Returns what was restarted (at most three restarts); ``waited``
+    gets each service's seconds from the call until it answered ready.
     """
-    deadline = time.monotonic() + timeout_s
+    began = time.monotonic()
+    deadline = began + timeout_s
     pending = list(names)
     restarted: list[str] = []
     while pending:
@@ -153,6 +158,8 @@ def wait_ready(group: processes.ProcessGroup, names: tuple[str, ...], timeout_s:
         try:
             if httpx.get(proc.ready_url, timeout=2).status_code == 200:
                 pending.pop(0)
+                if waited is not None:
+                    waited[name] = time.monotonic() - began
                 continue
         except httpx.TransportError:
             pass
@@ -176,8 +183,10 @@ def inflict(
         group.kill(target)
         time.sleep(down_s)
         group.restart(target)
-    restarted = wait_ready(group, SERVICES, ready_timeout_s)
-    return Fault(target, at, time.monotonic() - began, tuple(restarted))
+    waited: dict[str, float] = {}
+    restarted = wait_ready(group, SERVICES, ready_timeout_s, waited)
+    slow = tuple((name, round(seconds, 1)) for name, seconds in waited.items() if seconds > 1.0)
+    return Fault(target, at, time.monotonic() - began, tuple(restarted), slow)
 
 
 async def run_with_faults(
