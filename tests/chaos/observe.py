@@ -142,6 +142,7 @@ class RunEvents:
     completed: list[RunCompleted]
     parents: dict[uuid.UUID, uuid.UUID | None]  # run -> the attempt it replaces, from run_requested
     decisions: list[DispatchDecided]  # with every message of a run's decision (the table keeps the first)
+    resent: int = 0  # run_requested records beyond the first of their run: re-sent by a dispatcher taking over
 
 
 async def run_events(kafka: KafkaSettings) -> RunEvents:
@@ -151,4 +152,5 @@ async def run_events(kafka: KafkaSettings) -> RunEvents:
         await read_topic(kafka, Topics.RUN_COMPLETED),
         {r.run_id: r.parent_run_id for r in requested},
         await read_topic(kafka, Topics.DISPATCH_DECISIONS),
+        len(requested) - len({r.run_id for r in requested}),
     )
