@@ -179,3 +179,35 @@ async def test_concurrent_partitions_go_side_by_side_each_in_order(topics: Kafka
     assert all(offsets == sorted(offsets) for offsets in seen.values()), "each partition in offset order"
     await consume(len(records) + 1, 2.0)
     assert len(handled) == len(records), "every partition's offset was committed"
+
+
+async def test_a_consumer_is_ready_only_once_its_group_gave_it_partitions(topics: KafkaSettings, group_id: str) -> None:
+    """Readiness (``/readyz``, ``make demo``): not while the group join is under way, only after it."""
+
+    async def handler(_: Inbound) -> None:
+        return None
+
+    async with RecordProducer(topics, service="test-ready") as dlq:
+        consumer = RecordConsumer(
+            service="test-ready",
+            kafka=topics,
+            topics=[Topics.RUN_STARTED],
+            group_id=group_id,
+            handler=handler,
+            dead_letters=DeadLetterPublisher(dlq, service="test-ready", consumer_group=group_id),
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(consumer.run(stop))
+        try:
+            while consumer._consumer is None:  # the moment the client exists, before any join
+                await asyncio.sleep(0)
+            assert not await consumer.ready(), "ready before the group join"
+            for _ in range(600):
+                if await consumer.ready():
+                    break
+                await asyncio.sleep(0.05)
+            assert await consumer.ready()
+            assert consumer._consumer is not None and consumer._consumer.assignment()
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)

@@ -55,6 +55,18 @@ def _patient(settings: NotifierSettings, **overrides: Any) -> NotifierSettings:
     )
 
 
+async def _retrying_one_reply(
+    settings: NotifierSettings, keyring: KeyRing, world: World, channel: ChannelServer, publish: Publish
+) -> tuple[RunningNotifier, Any]:
+    """A notifier retrying one reply in the background (its channel answers 503 until recovered)."""
+    channel.fail_next(503, times=1000)
+    notifier = await RunningNotifier(settings, keyring).wait_ready()
+    stuck = world.run()
+    await publish(Topics.RUN_COMPLETED, stuck)
+    await channel.wait_for(2, timeout=20)  # the first attempt and a background retry
+    return notifier, stuck
+
+
 async def test_a_failing_channel_never_delays_another_conversations_reply(
     stack: StackEndpoints,
     keyring: KeyRing,
@@ -96,11 +108,7 @@ async def test_a_claim_left_mid_retry_by_a_crash_becomes_unknown_and_is_never_re
     notifier_settings: NotifierSettings,
     publish: Publish,
 ) -> None:
-    channel.fail_next(503, times=1000)
-    first = await RunningNotifier(_patient(notifier_settings), keyring).wait_ready()
-    stuck = world.run()
-    await publish(Topics.RUN_COMPLETED, stuck)
-    await channel.wait_for(2, timeout=20)  # retrying in the background
+    first, stuck = await _retrying_one_reply(_patient(notifier_settings), keyring, world, channel, publish)
     await first.crash()  # the record's offset was committed: no redelivery will find the claim
     channel.recover()
     attempts_before = len(channel.received)
@@ -128,11 +136,8 @@ async def test_a_graceful_stop_records_retries_still_waiting_as_unknown(
     notifier_settings: NotifierSettings,
     publish: Publish,
 ) -> None:
-    channel.fail_next(503, times=1000)
-    notifier = await RunningNotifier(_patient(notifier_settings, retry_grace_s=0.2), keyring).wait_ready()
-    stuck = world.run()
-    await publish(Topics.RUN_COMPLETED, stuck)
-    await channel.wait_for(2, timeout=20)
+    settings = _patient(notifier_settings, retry_grace_s=0.2)
+    notifier, stuck = await _retrying_one_reply(settings, keyring, world, channel, publish)
     await notifier.stop()
     [delivery] = world.deliveries(stuck.run_id)
     assert (delivery.status, delivery.error_code) == ("unknown", "interrupted")
