@@ -70,6 +70,11 @@ class AutonomySettings:
         return tuple(name for name in granted if self.gate(name) is not Gate.HIDDEN)
 
 
+def promotion_key(area: str, action_type: str) -> str:
+    """The dedupe key of a promote suggestion's ``workspace_insights`` row (the owner's answer is kept there)."""
+    return f"promote:{area}:{action_type}"
+
+
 def promotion_due(approvals: int, current_mode: AutonomyMode) -> bool:
     """Suggest ``auto`` exactly when the approval count reaches the threshold while the area proposes."""
     return approvals == PROMOTE_AFTER_APPROVALS and current_mode is AutonomyMode.PROPOSE

@@ -19,8 +19,9 @@ from sqlalchemy.orm import Session
 from services.brief.catalog import DigestCatalog
 from services.brief.digest import DayInputs, InsightFact, Promotion, RunFact, RunTotals, compose
 from services.brief.facts import Fact
+from switchboard.autonomy import promotion_key
 from switchboard.db.daily_brief import lock_day, open_todo_items
-from switchboard.db.enums import AutonomyMode, DecisionStatus
+from switchboard.db.enums import AutonomyMode, DecisionStatus, InsightStatus
 from switchboard.db.models.autonomy import (
     AgentDecision,
     WorkspaceAutonomy,
@@ -156,7 +157,8 @@ def _decided(session: Session, org_id: uuid.UUID, action_ids: Iterable[str]) -> 
 
 
 def promotions(session: Session, org_id: uuid.UUID, threshold: int) -> list[Promotion]:
-    """Action types the owner approved ``threshold`` times in an area whose autonomy is not ``auto``."""
+    """Action types the owner approved ``threshold`` times in an area whose autonomy is not ``auto``,
+    minus the suggestions the owner already answered."""
     approvals = func.count().label("approvals")
     query = (
         select(AgentDecision.area, AgentDecision.action_type, approvals)
@@ -173,7 +175,16 @@ def promotions(session: Session, org_id: uuid.UUID, threshold: int) -> list[Prom
         .group_by(AgentDecision.area, AgentDecision.action_type)
         .having(func.count() >= threshold)
     )
-    return [Promotion(area=a, action_type=t, approvals=int(n)) for a, t, n in session.execute(query)]
+    found = [Promotion(area=a, action_type=t, approvals=int(n)) for a, t, n in session.execute(query)]
+    # The owner's answer (accepted or dismissed) is kept on the suggestion's row: never asked again.
+    answered = {
+        key
+        for key, status in _insight_status(
+            session, org_id, (promotion_key(p.area, p.action_type) for p in found)
+        ).items()
+        if status in {InsightStatus.DISMISSED.value, InsightStatus.ACTIONED.value}
+    }
+    return [p for p in found if promotion_key(p.area, p.action_type) not in answered]
 
 
 def _run_totals(session: Session, org_id: uuid.UUID, day: date) -> RunTotals:

@@ -13,6 +13,9 @@ from sqlalchemy import Boolean, func, literal_column
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from switchboard.contracts import Insight, SuggestedAction
+from switchboard.contracts.enums import InsightKind as ContractInsightKind
+from switchboard.contracts.enums import InsightStatus as ContractInsightStatus
 from switchboard.db.enums import InsightKind, InsightSeverity, InsightStatus
 from switchboard.db.models.autonomy import WorkspaceInsight
 
@@ -81,3 +84,24 @@ def upsert_insight(
         )
     ).one()
     return InsightUpsert(id=row.id, status=InsightStatus(row.status), created=bool(row.created))
+
+
+def status_record(row: WorkspaceInsight, status: str, request_id: str | None, **extra: Any) -> Insight:
+    """The ``insights`` record that tells consumers (the brief, the notifier) an insight's new status.
+
+    ``extra``: fields of the record the row does not hold (the agent or conversation of an action)."""
+    return Insight(
+        org_id=row.org_id,
+        request_id=request_id or None,
+        insight_id=row.id,
+        insight_key=row.dedupe_key,
+        insight_date=row.insight_date,
+        kind=ContractInsightKind(row.kind),
+        area=row.area,
+        title=row.title,
+        body=row.body or "",
+        status=ContractInsightStatus(status),
+        suggested_actions=tuple(SuggestedAction.model_validate(a) for a in row.suggested_actions),
+        run_id=row.run_id,
+        **extra,
+    )

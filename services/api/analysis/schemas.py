@@ -6,7 +6,7 @@ import uuid
 from datetime import date, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class InsightView(BaseModel):
@@ -28,3 +28,11 @@ class InsightView(BaseModel):
     run_id: uuid.UUID | None
     created_at: datetime
     updated_at: datetime
+
+
+class InsightAction(BaseModel):
+    """Body of ``POST /insights/{id}:action`` (optional): which suggested action the owner took."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action_type: str | None = Field(default=None, min_length=1, max_length=64)

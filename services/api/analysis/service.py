@@ -1,21 +1,22 @@
-"""Listing insights and the owner's dismissal (docs/analysis.md). Sync functions over a Session."""
+"""Listing insights and the owner's steps on them — seen, dismissed, actioned (docs/analysis.md).
+Sync functions over a Session."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import func, or_, select, tuple_
 from sqlalchemy.orm import Session
 
 from services.api.analysis.schemas import InsightView
-from services.api.core.errors import NotFound, ValidationFailed
+from services.api.core.errors import Conflict, NotFound, ValidationFailed
 from switchboard.areas import is_area
-from switchboard.contracts import Insight, Serde, Topics
-from switchboard.contracts.enums import InsightKind
-from switchboard.contracts.records import SuggestedAction
+from switchboard.contracts import Serde, Topics
 from switchboard.db.audit import record_audit
 from switchboard.db.enums import InsightStatus
+from switchboard.db.insights import status_record
 from switchboard.db.models import WorkspaceInsight
 from switchboard.db.outbox import enqueue_record
 
@@ -61,12 +62,79 @@ def list_insights(
     return list(session.scalars(query).all())
 
 
+class InsightAlreadyActioned(Conflict):
+    code = "insight_already_actioned"
+    default_message = "The owner already acted on this insight"
+
+
+class InsightDecidedByApproval(Conflict):
+    code = "insight_decided_by_approval"
+    default_message = "This insight is a proposed action: approve or reject its decision instead"
+
+
+class UnknownSuggestedAction(ValidationFailed):
+    code = "insight_action_unknown"
+    default_message = "action_type must be one of the insight's suggested actions"
+
+
+# What each owner step may change (any other current status: nothing changes, idempotent).
+_CHANGES_FROM: dict[InsightStatus, frozenset[str]] = {
+    InsightStatus.SEEN: frozenset({InsightStatus.NEW.value}),
+    InsightStatus.DISMISSED: frozenset({InsightStatus.NEW.value, InsightStatus.SEEN.value}),
+    InsightStatus.ACTIONED: frozenset(
+        {InsightStatus.NEW.value, InsightStatus.SEEN.value, InsightStatus.DISMISSED.value}
+    ),
+}
+_AUDIT_ACTION: dict[InsightStatus, str] = {
+    InsightStatus.SEEN: "insight.seen",
+    InsightStatus.DISMISSED: "insight.dismissed",
+    InsightStatus.ACTIONED: "insight.actioned",
+}
+
+
 def dismiss(
     session: Session, serde: Serde, org_id: uuid.UUID, insight_id: uuid.UUID, user_id: uuid.UUID | None, request_id: str
 ) -> InsightView:
-    """Mark the insight dismissed (idempotent) and tell the brief through the outbox, atomically.
+    """Mark the insight dismissed (idempotent). A later analysis that finds the same thing refreshes
+    the content but leaves it dismissed. An insight already acted on stays actioned (409)."""
+    row = _locked(session, org_id, insight_id)
+    if row.status == InsightStatus.ACTIONED.value:
+        raise InsightAlreadyActioned()
+    return _change(session, serde, row, InsightStatus.DISMISSED, user_id, request_id, {})
 
-    A later analysis that finds the same thing refreshes the content but leaves it dismissed."""
+
+def mark_seen(
+    session: Session, serde: Serde, org_id: uuid.UUID, insight_id: uuid.UUID, user_id: uuid.UUID | None, request_id: str
+) -> InsightView:
+    """The owner has read it: ``new`` becomes ``seen`` (it stays on the to-do list); any other status stays."""
+    return _change(session, serde, _locked(session, org_id, insight_id), InsightStatus.SEEN, user_id, request_id, {})
+
+
+def mark_actioned(
+    session: Session,
+    serde: Serde,
+    org_id: uuid.UUID,
+    insight_id: uuid.UUID,
+    action_type: str | None,
+    user_id: uuid.UUID | None,
+    request_id: str,
+) -> InsightView:
+    """The owner acted on the insight (its Home card's "approve"): it leaves the to-do list for good.
+
+    Which suggested action the owner took, if any, is recorded in the audit log. Switchboard does
+    not execute an analysis' suggestions itself: an action an agent takes goes through autonomy
+    (an ``agent_decisions`` row), and an insight backed by one is answered there (409 here).
+    """
+    row = _locked(session, org_id, insight_id)
+    if row.agent_decision_id is not None:
+        raise InsightDecidedByApproval()
+    if action_type is not None and action_type not in {a.get("action_type") for a in row.suggested_actions}:
+        raise UnknownSuggestedAction()
+    details = {"action_type": action_type} if action_type is not None else {}
+    return _change(session, serde, row, InsightStatus.ACTIONED, user_id, request_id, details)
+
+
+def _locked(session: Session, org_id: uuid.UUID, insight_id: uuid.UUID) -> WorkspaceInsight:
     row = session.scalars(
         select(WorkspaceInsight)
         .where(WorkspaceInsight.org_id == org_id, WorkspaceInsight.id == insight_id)
@@ -74,34 +142,34 @@ def dismiss(
     ).one_or_none()
     if row is None:
         raise NotFound("No such insight")
-    if row.status != InsightStatus.DISMISSED.value:
-        row.status = InsightStatus.DISMISSED.value
-        row.status_changed_at = session.scalar(select(func.now()))
-        row.status_changed_by = user_id
-        record_audit(
-            session,
-            org_id=org_id,
-            action="insight.dismissed",
-            actor_user_id=user_id,
-            target_type="workspace_insight",
-            target_id=row.id,
-            details={"insight_key": row.dedupe_key, "area": row.area},
-            request_id=request_id,
-        )
-        record = Insight(
-            org_id=org_id,
-            request_id=request_id,
-            insight_id=row.id,
-            insight_key=row.dedupe_key,
-            insight_date=row.insight_date,
-            kind=InsightKind(row.kind),
-            area=row.area,
-            title=row.title,
-            body=row.body or "",
-            status=InsightStatus.DISMISSED.value,
-            suggested_actions=tuple(SuggestedAction.model_validate(a) for a in row.suggested_actions),
-            run_id=row.run_id,
-        )
-        enqueue_record(session, Topics.INSIGHTS, record, serde=serde)
-        session.flush()
+    return row
+
+
+def _change(
+    session: Session,
+    serde: Serde,
+    row: WorkspaceInsight,
+    target: InsightStatus,
+    user_id: uuid.UUID | None,
+    request_id: str,
+    details: dict[str, Any],
+) -> InsightView:
+    """Set the owner's status, audit it and tell the brief through the outbox, atomically (once)."""
+    if row.status not in _CHANGES_FROM[target]:
+        return view(row)
+    row.status = target.value
+    row.status_changed_at = session.scalar(select(func.now()))
+    row.status_changed_by = user_id
+    record_audit(
+        session,
+        org_id=row.org_id,
+        action=_AUDIT_ACTION[target],
+        actor_user_id=user_id,
+        target_type="workspace_insight",
+        target_id=row.id,
+        details={"insight_key": row.dedupe_key, "area": row.area, **details},
+        request_id=request_id,
+    )
+    enqueue_record(session, Topics.INSIGHTS, status_record(row, target.value, request_id), serde=serde)
+    session.flush()
     return view(row)

@@ -131,10 +131,11 @@ async def reject_action(
 @router.post(
     "/autonomy/{area}/promotions/{action_type}:accept", response_model=Envelope[AutonomyView], responses=_WRITE_ERRORS
 )
-async def accept_promotion(ctx: AdminWrite, area: str, action_type: str) -> Envelope[AutonomyView]:
+async def accept_promotion(ctx: AdminWrite, area: str, action_type: str, request: Request) -> Envelope[AutonomyView]:
     """Accept the 3-approval suggestion: the area becomes ``auto`` (the owner's explicit opt-in); audited."""
+    serde: Serde = request.app.state.serde
     data = await ctx.session.run_sync(
-        lambda s: service.decide_promotion(s, ctx.org_id, area, action_type, True, _user(ctx), ctx.request_id)
+        lambda s: service.decide_promotion(s, serde, ctx.org_id, area, action_type, True, _user(ctx), ctx.request_id)
     )
     return Envelope(data=data)
 
@@ -142,9 +143,10 @@ async def accept_promotion(ctx: AdminWrite, area: str, action_type: str) -> Enve
 @router.post(
     "/autonomy/{area}/promotions/{action_type}:dismiss", response_model=Envelope[AutonomyView], responses=_ERRORS
 )
-async def dismiss_promotion(ctx: Manager, area: str, action_type: str) -> Envelope[AutonomyView]:
+async def dismiss_promotion(ctx: Manager, area: str, action_type: str, request: Request) -> Envelope[AutonomyView]:
     """Dismiss the suggestion; the mode stays as it is."""
+    serde: Serde = request.app.state.serde
     data = await ctx.session.run_sync(
-        lambda s: service.decide_promotion(s, ctx.org_id, area, action_type, False, _user(ctx), ctx.request_id)
+        lambda s: service.decide_promotion(s, serde, ctx.org_id, area, action_type, False, _user(ctx), ctx.request_id)
     )
     return Envelope(data=data)

@@ -23,12 +23,12 @@ from sqlalchemy.orm import Session
 from services.api.autonomy.schemas import ActionView, AreaAutonomy, AutonomyView
 from services.api.core.errors import Conflict, NotFound, ValidationFailed
 from switchboard.areas import areas, is_area
-from switchboard.autonomy import PROMOTE_AFTER_APPROVALS, load_settings, promotion_due
-from switchboard.contracts import DispatchRequested, Insight, Serde, SuggestedAction, Topics, WakeContext
+from switchboard.autonomy import PROMOTE_AFTER_APPROVALS, load_settings, promotion_due, promotion_key
+from switchboard.contracts import DispatchRequested, Serde, SuggestedAction, Topics, WakeContext
 from switchboard.contracts.enums import InsightKind, InsightStatus, WakeReason
 from switchboard.db.audit import record_audit
 from switchboard.db.enums import AWAITING_APPROVAL, AutonomyMode, DecisionStatus
-from switchboard.db.insights import upsert_insight
+from switchboard.db.insights import status_record, upsert_insight
 from switchboard.db.models import AiAgentRun, Conversation, Organization
 from switchboard.db.models.autonomy import AgentDecision, WorkspaceAutonomy, WorkspaceInsight
 from switchboard.db.outbox import enqueue_record
@@ -245,20 +245,11 @@ def _announce_actioned(
         value = action.get(key)
         return uuid.UUID(str(value)) if value else None
 
-    record = Insight(
-        org_id=insight.org_id,
-        request_id=request_id or None,
-        insight_id=insight.id,
-        insight_key=insight.dedupe_key,
-        insight_date=insight.insight_date,
-        kind=InsightKind(insight.kind),
-        area=insight.area,
-        title=insight.title,
-        body=insight.body or "",
-        status=InsightStatus.ACTIONED,
-        suggested_actions=tuple(SuggestedAction.model_validate(a) for a in insight.suggested_actions),
+    record = status_record(
+        insight,
+        InsightStatus.ACTIONED.value,
+        request_id,
         agent_id=_uuid("agent_id"),
-        run_id=insight.run_id,
         conversation_id=_uuid("conversation_id"),
     )
     enqueue_record(session, Topics.INSIGHTS, record, serde=serde)
@@ -295,10 +286,6 @@ def _resume(
         target_version_id=uuid.UUID(action["version_id"]),
     )
     enqueue_record(session, Topics.DISPATCH_REQUESTED, record, serde=serde)
-
-
-def promotion_key(area: str, action_type: str) -> str:
-    return f"promote:{area}:{action_type}"
 
 
 def _promotion_row(session: Session, org_id: uuid.UUID, area: str, action_type: str, approvals: int) -> uuid.UUID:
@@ -343,6 +330,7 @@ def _suggest_promotion(session: Session, org_id: uuid.UUID, claimed: Claimed) ->
 
 def decide_promotion(
     session: Session,
+    serde: Serde,
     org_id: uuid.UUID,
     area: str,
     action_type: str,
@@ -355,15 +343,15 @@ def decide_promotion(
     if accept:
         set_mode(session, org_id, area, AutonomyMode.AUTO, user_id, request_id)
     row_id = _promotion_row(session, org_id, area, action_type, PROMOTE_AFTER_APPROVALS)
-    session.execute(
+    status = (InsightStatus.ACTIONED if accept else InsightStatus.DISMISSED).value
+    answered = session.scalars(
         update(WorkspaceInsight)
         .where(WorkspaceInsight.org_id == org_id, WorkspaceInsight.id == row_id)
-        .values(
-            status=(InsightStatus.ACTIONED if accept else InsightStatus.DISMISSED).value,
-            status_changed_at=func.now(),
-            status_changed_by=user_id,
-        )
-    )
+        .values(status=status, status_changed_at=func.now(), status_changed_by=user_id)
+        .returning(WorkspaceInsight)
+    ).one()
+    # The brief recomposes the Home on this record and leaves out an answered suggestion.
+    enqueue_record(session, Topics.INSIGHTS, status_record(answered, status, request_id), serde=serde)
     record_audit(
         session,
         org_id=org_id,

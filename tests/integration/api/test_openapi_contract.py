@@ -18,6 +18,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
+from services.brief.catalog import load_catalog
 from switchboard.settings import KafkaSettings
 from tests.support.api import OrgHandle, create_org
 from tests.support.live_api import live_api
@@ -65,6 +66,16 @@ def test_every_operation_documents_its_errors(openapi: dict[str, Any]) -> None:
         if not any(code.startswith("4") for code in openapi["paths"][path][method.lower()].get("responses", {}))
     ]
     assert not undocumented, f"operations without documented 4xx errors: {undocumented}"
+
+
+def test_every_home_card_link_is_an_operation(openapi: dict[str, Any]) -> None:
+    """The Home digest's approve/ignore links (services/brief/digest.yaml) are POST operations here."""
+    placeholder = re.compile(r"\{[^}]+\}")
+    posts = {placeholder.sub("{}", path) for method, path in _operations(openapi) if method == "POST"}
+    links = [link for kind in load_catalog().links.values() for link in (kind.approve, kind.ignore)]
+    assert links
+    dangling = [link for link in links if placeholder.sub("{}", link) not in posts]
+    assert not dangling, f"Home card links without an operation: {dangling}"
 
 
 def test_every_private_operation_refuses_missing_and_wrong_tokens(api_url: str, openapi: dict[str, Any]) -> None:

@@ -80,6 +80,8 @@ POLICY: dict[tuple[str, str], Need] = {
     ("POST", "/api/v1/home/todos/{todo_id}:done"): "manager",
     ("GET", "/api/v1/insights"): "viewer",
     ("POST", "/api/v1/insights/{insight_id}:dismiss"): "manager",
+    ("POST", "/api/v1/insights/{insight_id}:seen"): "manager",
+    ("POST", "/api/v1/insights/{insight_id}:action"): "manager",
     ("GET", "/api/v1/usage"): "viewer",
     ("GET", "/api/v1/budget-incidents"): "viewer",
     # Autonomy (docs/autonomy.md).

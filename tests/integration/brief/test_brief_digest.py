@@ -8,11 +8,13 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import delete
+from sqlalchemy import delete, select
 
-from switchboard.contracts import Serde, Topics
+from services.api.autonomy.service import decide_promotion
+from switchboard.contracts import Insight, Serde, Topics
 from switchboard.contracts.enums import RunStatus
 from switchboard.contracts.records import Action
+from switchboard.db.models import OutboxEvent
 from switchboard.db.models.autonomy import AgentDecision, WorkspaceDailyBrief, WorkspaceHomePrefs
 from switchboard.db.models.brief import BriefFact, WorkspaceTodo
 from switchboard.db.todos import add_todo
@@ -203,3 +205,43 @@ async def test_a_known_day_gives_the_expected_digest_and_a_replay_gives_it_again
     async with running_brief(stack.database_url, topics, f"{group_id}-replay"):
         await wait_for(settled, what="the replayed digest")
     assert stored_digest(scene, date(2026, 11, 19)) == previous
+
+
+async def test_a_dismissed_promote_suggestion_leaves_the_home_for_good(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
+) -> None:
+    """The owner dismisses the 3-approval suggestion through the API's service: the ``insights``
+    record it queues (relayed here by hand) recomposes the digest without the promote card, and a
+    later run of the day does not bring it back."""
+    scene = make_scene(stack.database_url, time_zone=TZ)
+    _seed_owner_state(scene)
+    serde = Serde.from_settings(topics)
+
+    def promote_cards() -> list[dict[str, Any]] | None:
+        digest = stored_digest(scene, DAY)
+        return None if digest is None else [item for item in digest["todo"] if item["kind"] == "promote"]
+
+    async with (
+        running_brief(stack.database_url, topics, group_id),
+        RecordProducer(topics, service="test", serde=serde) as producer,
+    ):
+        await producer.send(Topics.RUN_COMPLETED, run_completed(scene, _utc(20, 12), cost=10_000))
+        await wait_for(lambda: promote_cards(), what="the promote card")
+        with tenant_session(scene.org) as session:
+            decide_promotion(session, serde, scene.org_id, "booking", "send_reminder", False, None, "req-dismiss")
+            payloads = session.scalars(
+                select(OutboxEvent.payload).where(
+                    OutboxEvent.topic == Topics.INSIGHTS.name, OutboxEvent.key == str(scene.org_id).encode()
+                )
+            ).all()
+        assert len(payloads) == 1, "the dismissal is announced to the brief"
+        dismissal: Insight = serde.decode(Topics.INSIGHTS, payloads[0])  # type: ignore[assignment]
+        await producer.send(Topics.INSIGHTS, dismissal)
+        # The record recomposes the digest of its own day (the org's today) without the card...
+        today = dismissal.insight_date
+        await wait_for(lambda: stored_digest(scene, today) is not None, what="the digest of the dismissal's day")
+        assert [item for item in stored_digest(scene, today)["todo"] if item["kind"] == "promote"] == []  # type: ignore[index]
+        # ...and no later recomposition brings it back.
+        await producer.send(Topics.RUN_COMPLETED, run_completed(scene, _utc(20, 14), cost=10_000))
+        await wait_for(lambda: (stored_digest(scene, DAY) or {}).get("pulse", {}).get("runs") == 2, what="run two")
+    assert promote_cards() == []
