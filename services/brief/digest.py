@@ -126,6 +126,10 @@ class DayInputs:
     handoffs: int = 0
     spend_yesterday_micros: int = 0
     insights: Sequence[InsightFact] = ()
+    # Still waiting from the days before (``CARRY_OVER_DAYS``): insights, and runs that proposed
+    # actions. Only their to-do items are listed, never their work in "done" or the pulse.
+    earlier_insights: Sequence[InsightFact] = ()
+    earlier_runs: Sequence[RunFact] = ()
     # The owner's status of an insight (workspace_insights, by insight key) wins over the record's.
     insight_status: Mapping[str, str] = field(default_factory=dict)
     # Proposed actions (by action id) the owner already decided: no longer to do.
@@ -249,7 +253,8 @@ def _action_item(action: ActionFact, catalog: DigestCatalog, **extra: Any) -> di
 
 
 def todo(inputs: DayInputs, catalog: DigestCatalog) -> list[dict[str, Any]]:
-    """Promote suggestions, then proposed actions, then insights, then the owner's own items."""
+    """Promote suggestions, then proposed actions, then insights, then the owner's own items —
+    whatever still waits, from this day or the ones before it."""
     promotions = [
         {
             "kind": "promote",
@@ -263,7 +268,9 @@ def todo(inputs: DayInputs, catalog: DigestCatalog) -> list[dict[str, Any]]:
     ]
     proposals: dict[str, dict[str, Any]] = {}
     insights: list[dict[str, Any]] = []
-    for insight in sorted(inputs.insights, key=lambda i: (i.area, i.insight_key)):
+    # An insight key is a fact of one day only (its latest record's), so the lists never overlap.
+    every_insight = [*inputs.earlier_insights, *inputs.insights]
+    for insight in sorted(every_insight, key=lambda i: (i.area, i.insight_key)):
         status = inputs.insight_status.get(insight.insight_key, insight.status)
         if status not in OPEN_INSIGHT_STATUSES:
             continue
@@ -288,7 +295,7 @@ def todo(inputs: DayInputs, catalog: DigestCatalog) -> list[dict[str, Any]]:
             }
         )
     # Proposed actions a run reported without an insight record of their own.
-    for run in inputs.runs:
+    for run in [*inputs.earlier_runs, *inputs.runs]:
         for action in run.proposed:
             if action.action_id not in proposals and action.action_id not in inputs.decided_actions:
                 proposals[action.action_id] = _action_item(action, catalog)

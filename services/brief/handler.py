@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -24,7 +24,7 @@ from services.brief.catalog import DigestCatalog
 from services.brief.facts import Fact, fact_for, insight_fact
 from switchboard.contracts import Serde
 from switchboard.contracts.records import Insight, RunCompleted
-from switchboard.db.daily_brief import zone
+from switchboard.db.daily_brief import local_day, zone
 from switchboard.db.models.tenancy import Organization
 from switchboard.db.session import async_tenant_transaction
 from switchboard.db.usage import month_start
@@ -57,7 +57,7 @@ def process_org(
         if insight is not None:
             facts.append(insight_fact(insight))
     days = store.upsert_facts(session, org_id, facts)
-    return store.recompute(session, org_id, days, tz.key, catalog)
+    return store.recompute(session, org_id, days, tz.key, catalog, today=local_day(datetime.now(UTC), tz))
 
 
 class BriefHandler:

@@ -1,6 +1,7 @@
 """The brief process: consumes ``run_completed``, ``handoff_triggered`` and ``insights``
-and materializes the Home digest per org and day, evaluating agent budgets after each run
-(docs/brief.md). Wiring and life cycle only; the work is in ``handler``."""
+and materializes the Home digest per org and day, evaluating agent budgets after each run,
+and composes each org's digest when its local day begins (docs/brief.md). Wiring and life
+cycle only; the work is in ``handler`` and ``morning``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 
 from services.brief.catalog import load_catalog
 from services.brief.handler import BriefHandler
+from services.brief.morning import run_mornings
 from services.brief.settings import BriefSettings
 from switchboard.contracts import Serde, Topics
 from switchboard.db.session import create_async_engine, create_async_sessionmaker
@@ -45,6 +47,7 @@ class Brief:
         engine = create_async_engine(
             settings.database.url.get_secret_value(), pool_size=settings.db_pool_size, max_overflow=0
         )
+        sessions = create_async_sessionmaker(engine)
         serde = Serde.from_settings(settings.kafka)
         producer = RecordProducer(settings.kafka, service=SERVICE, serde=serde)
         await producer.start()
@@ -53,7 +56,7 @@ class Brief:
             kafka=settings.kafka,
             topics=TOPICS,
             group_id=settings.group_id,
-            batch_handler=BriefHandler(create_async_sessionmaker(engine), serde, catalog),
+            batch_handler=BriefHandler(sessions, serde, catalog),
             dead_letters=DeadLetterPublisher(producer, service=SERVICE, consumer_group=settings.group_id),
             serde=serde,
             max_batch=settings.max_batch,
@@ -61,12 +64,17 @@ class Brief:
             across_partitions=True,
         )
         task = asyncio.create_task(self._consumer.run(stop), name="brief-consumer")
+        tasks = [task]
+        if settings.morning_interval_s > 0:
+            mornings = run_mornings(sessions, catalog, settings.morning_interval_s, stop)
+            tasks.append(asyncio.create_task(mornings, name="brief-mornings"))
         self._started.set()
         log.info("brief consuming", extra={"group_id": settings.group_id})
         try:
             await stop.wait()
         finally:
-            with contextlib.suppress(Exception):
-                await task
+            for running in tasks:
+                with contextlib.suppress(Exception):
+                    await running
             await producer.stop()
             await engine.dispose()

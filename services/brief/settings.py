@@ -21,3 +21,6 @@ class BriefSettings(ServiceSettings):
     # the digest is for a person reading the Home, a fraction of a second later is no loss.
     batch_wait_ms: int = Field(default=500, ge=0, le=5_000)
     db_pool_size: int = Field(default=5, ge=1)
+    # How often the brief looks for orgs whose local day began without a digest (docs/brief.md
+    # "The morning digest"); 0 turns the pass off (a replica that only consumes).
+    morning_interval_s: float = Field(default=300.0, ge=0, le=86_400)

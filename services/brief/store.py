@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import date, timedelta
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import BigInteger, and_, bindparam, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
@@ -30,6 +30,11 @@ from switchboard.db.models.autonomy import (
     WorkspaceInsight,
 )
 from switchboard.db.models.brief import BriefFact, BriefFactKind
+
+# How far back an undecided proposal or an open insight is carried into a day's to-do list.
+# Older ones are still listed by the API (/decisions?status=proposed, /insights?status=new);
+# the window bounds what every composition reads.
+CARRY_OVER_DAYS: Final = 30
 
 
 def upsert_facts(session: Session, org_id: uuid.UUID, facts: Sequence[Fact]) -> set[date]:
@@ -106,6 +111,16 @@ _RUNS_WITH_ACTIONS = text(
       AND (jsonb_array_length(coalesce(f.payload -> 'executed', '[]')) > 0
            OR jsonb_array_length(coalesce(f.payload -> 'proposed', '[]')) > 0)
     ORDER BY f.fact_key
+    """
+).bindparams(bindparam("org_id", type_=PG_UUID(as_uuid=True)))
+
+
+_EARLIER_PROPOSING_RUNS = text(
+    """
+    SELECT f.payload FROM brief_facts AS f
+    WHERE f.org_id = :org_id AND f.kind = :kind AND f.day >= :since AND f.day < :day
+      AND jsonb_array_length(coalesce(f.payload -> 'proposed', '[]')) > 0
+    ORDER BY f.day, f.fact_key
     """
 ).bindparams(bindparam("org_id", type_=PG_UUID(as_uuid=True)))
 
@@ -202,11 +217,40 @@ def _runs_with_actions(session: Session, org_id: uuid.UUID, day: date) -> list[d
     ]
 
 
+def _earlier_insights(session: Session, org_id: uuid.UUID, day: date) -> list[dict[str, Any]]:
+    """Insight facts of the ``CARRY_OVER_DAYS`` before ``day`` (the owner's status filters them later)."""
+    return list(
+        session.scalars(
+            select(BriefFact.payload)
+            .where(
+                BriefFact.org_id == org_id,
+                BriefFact.kind == BriefFactKind.INSIGHT.value,
+                BriefFact.day >= day - timedelta(days=CARRY_OVER_DAYS),
+                BriefFact.day < day,
+            )
+            .order_by(BriefFact.fact_key)
+        )
+    )
+
+
+def _earlier_proposing_runs(session: Session, org_id: uuid.UUID, day: date) -> list[dict[str, Any]]:
+    """Run facts of the ``CARRY_OVER_DAYS`` before ``day`` that proposed an action."""
+    rows = session.execute(
+        _EARLIER_PROPOSING_RUNS,
+        {"org_id": org_id, "since": day - timedelta(days=CARRY_OVER_DAYS), "day": day, "kind": BriefFactKind.RUN.value},
+    )
+    return [row.payload for row in rows]
+
+
 def load_inputs(session: Session, org_id: uuid.UUID, day: date, time_zone: str, catalog: DigestCatalog) -> DayInputs:
     runs = [RunFact.from_payload(p) for p in _runs_with_actions(session, org_id, day)]
     insights = [InsightFact.from_payload(p) for p in _facts(session, org_id, day, BriefFactKind.INSIGHT)]
-    action_ids = [a.action_id for r in runs for a in r.proposed]
-    action_ids += [i.proposed_action.action_id for i in insights if i.proposed_action is not None]
+    earlier_runs = [RunFact.from_payload(p) for p in _earlier_proposing_runs(session, org_id, day)]
+    earlier_insights = [InsightFact.from_payload(p) for p in _earlier_insights(session, org_id, day)]
+    action_ids = [a.action_id for r in (*runs, *earlier_runs) for a in r.proposed]
+    action_ids += [
+        i.proposed_action.action_id for i in (*insights, *earlier_insights) if i.proposed_action is not None
+    ]
     prefs = session.scalars(select(WorkspaceHomePrefs).where(WorkspaceHomePrefs.org_id == org_id)).one_or_none()
     return DayInputs(
         day=day,
@@ -216,7 +260,9 @@ def load_inputs(session: Session, org_id: uuid.UUID, day: date, time_zone: str, 
         handoffs=_handoffs(session, org_id, day),
         spend_yesterday_micros=_spend(session, org_id, day - timedelta(days=1)),
         insights=insights,
-        insight_status=_insight_status(session, org_id, (i.insight_key for i in insights)),
+        earlier_insights=earlier_insights,
+        earlier_runs=earlier_runs,
+        insight_status=_insight_status(session, org_id, (i.insight_key for i in (*insights, *earlier_insights))),
         decided_actions=_decided(session, org_id, action_ids),
         promotions=promotions(session, org_id, catalog.promote_after_approvals),
         todos=open_todo_items(session, org_id),
@@ -244,12 +290,21 @@ def write_digest(session: Session, org_id: uuid.UUID, day: date, digest: dict[st
 
 
 def recompute(
-    session: Session, org_id: uuid.UUID, days: Iterable[date], time_zone: str, catalog: DigestCatalog
+    session: Session,
+    org_id: uuid.UUID,
+    days: Iterable[date],
+    time_zone: str,
+    catalog: DigestCatalog,
+    today: date | None = None,
 ) -> list[date]:
     """Recompose and store the digests of ``days`` — and of each next day already stored, whose
-    pulse compares with its yesterday. Days are locked in order (no deadlock between replicas)."""
+    pulse compares with its yesterday, and of ``today`` (the org's) when a touched day is within
+    its carry-over window: today's to-do lists what still waits from those days. Days are locked
+    in order (no deadlock between replicas)."""
     touched = set(days)
     touched |= {d + timedelta(days=1) for d in touched if _has_digest(session, org_id, d + timedelta(days=1))}
+    if today is not None and any(today - timedelta(days=CARRY_OVER_DAYS) <= d < today for d in touched):
+        touched.add(today)
     ordered = sorted(touched)
     for day in ordered:
         lock_day(session, org_id, day)

@@ -35,6 +35,8 @@ LOOKUP_FUNCTIONS: tuple[str, ...] = (
     "fold_usage_entries",
     # The notifier's sweep of stale delivery claims (revision 0020).
     "expire_stale_deliveries",
+    # The brief's morning digests (revision 0021).
+    "list_orgs_missing_digest",
 )
 
 

@@ -57,6 +57,7 @@ LOOKUP_TABLES: Final[frozenset[str]] = frozenset(
         "usage_entries",  # fold_usage_entries and list_orgs_over_budget: which orgs have usage to fold
         "run_deliveries",  # expire_stale_deliveries: which orgs have claims left sending
         "analysis_claims",  # list_due_analyses: which org-local days are claimed (docs/analysis.md)
+        "workspace_daily_briefs",  # list_orgs_missing_digest: whose local day has no digest yet (docs/brief.md)
     }
 )
 

@@ -179,8 +179,17 @@ async def wait_for(check: Callable[[], Any], *, timeout_s: float = 30.0, what: s
 
 
 @contextlib.asynccontextmanager
-async def running_brief(database_url: str, kafka: KafkaSettings, group_id: str) -> AsyncIterator[Brief]:
-    settings = BriefSettings(kafka=kafka, database=DatabaseSettings(url=database_url), group_id=group_id)
+async def running_brief(
+    database_url: str, kafka: KafkaSettings, group_id: str, *, morning_interval_s: float = 0
+) -> AsyncIterator[Brief]:
+    """A brief in this process; the morning pass is off unless asked for (it would compose
+    today's digest of every org of the shared test database)."""
+    settings = BriefSettings(
+        kafka=kafka,
+        database=DatabaseSettings(url=database_url),
+        group_id=group_id,
+        morning_interval_s=morning_interval_s,
+    )
     brief = Brief(settings)
     stop = asyncio.Event()
     task = asyncio.create_task(brief.serve(stop))
