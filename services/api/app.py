@@ -16,6 +16,7 @@ from services.api.analysis.endpoints import router as insights_router
 from services.api.analysis.scheduler import AnalysisScheduler
 from services.api.audit.endpoints import router as audit_router
 from services.api.autonomy.endpoints import router as autonomy_router
+from services.api.budgets.endpoints import router as budgets_router
 from services.api.catalog.endpoints import router as catalog_router
 from services.api.channels.endpoints import router as channels_router
 from services.api.conversations.endpoints import router as conversations_router
@@ -141,6 +142,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         audit_router,
         runs_live_router,
         home_router,
+        budgets_router,
         conversations_router,
         org_webhooks_router,
         autonomy_router,

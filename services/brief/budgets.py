@@ -10,8 +10,14 @@ agent's month-to-date spend with its effective cap and record what it crossed.
   80 % threshold. No limit (NULL) means unlimited.
 - Crossing the soft threshold records a ``warning`` incident, exhausting a limit a ``hard``
   one — the highest severity reached only, once per agent, month and severity (the unique
-  index; ``ON CONFLICT DO NOTHING``). A new hard incident pauses the agent through
-  ``switchboard.db.agent_lifecycle.pause_agent`` (outbox ``published`` record, change paused).
+  index; ``ON CONFLICT DO NOTHING``). A new hard incident applies the cap's ``hard_action``:
+  ``pause_agent`` (the agent's own figure always; a policy's as set) pauses the agent through
+  ``switchboard.db.agent_lifecycle.pause_agent`` (outbox ``published`` record, change paused),
+  ``notify`` only tells.
+- The org's cap (an enabled org-scope policy) is evaluated the same way against the org's
+  month, once per batch: the dispatcher already stops dispatching an org over its cap
+  (``list_orgs_over_budget``), so the hard incident records ``block_dispatch`` — and this is
+  what tells the owner that customers stopped getting answers, instead of silence.
 - Each new incident is also an insight (``workspace_insights`` + an ``insights`` record in the
   outbox, same transaction) so the notifier tells the admins and the digest lists it.
 """
@@ -46,7 +52,7 @@ from switchboard.db.models.agents import AiAgent
 from switchboard.db.models.budgets import BudgetIncident, BudgetPolicy
 from switchboard.db.models.runs import AiAgentRun
 from switchboard.db.outbox import enqueue_record
-from switchboard.db.usage import agent_month_totals, month_start
+from switchboard.db.usage import agent_month_totals, month_start, month_totals
 
 DEFAULT_SOFT_PCT = 80
 BUDGET_AREA = "cross"
@@ -55,12 +61,14 @@ PAUSE_AUDIT_ACTION = "ai_agent.paused_by_budget"
 
 @dataclass(frozen=True, slots=True)
 class Cap:
-    """An agent's effective monthly cap; a None limit is no cap on that dimension."""
+    """An effective monthly cap; a None limit is no cap on that dimension."""
 
     cost_micros: int | None
     tokens: int | None
     soft_pct: int
     policy_id: uuid.UUID | None
+    # What a new hard incident does (an org cap: the dispatcher blocks, recorded as such).
+    hard_action: BudgetAction = BudgetAction.PAUSE_AGENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +80,13 @@ class Spend:
 def effective_cap(policy: BudgetPolicy | None, agent: AiAgent) -> Cap | None:
     """The enabled policy, else the agent's own monthly figure; None when nothing caps the agent."""
     if policy is not None and policy.enabled:
-        cap = Cap(policy.cost_limit_micros or None, policy.token_limit or None, policy.soft_threshold_pct, policy.id)
+        cap = Cap(
+            policy.cost_limit_micros or None,
+            policy.token_limit or None,
+            policy.soft_threshold_pct,
+            policy.id,
+            BudgetAction(policy.hard_action or BudgetAction.NOTIFY),  # the column's default
+        )
     else:
         cap = Cap(agent.monthly_budget_micros or None, None, DEFAULT_SOFT_PCT, None)
     return None if cap.cost_micros is None and cap.tokens is None else cap
@@ -93,8 +107,10 @@ def severity(spend: Spend, cap: Cap) -> IncidentSeverity | None:
     return None
 
 
-def insight_key(agent_id: uuid.UUID, month: date, level: IncidentSeverity) -> str:
-    return f"budget_incident:{agent_id}:{month:%Y-%m}:{level.value}"
+def insight_key(agent_id: uuid.UUID | None, month: date, level: IncidentSeverity) -> str:
+    """``budget_incident:<agent id or "org">:<YYYY-MM>:<severity>`` (the notifier's prefix)."""
+    subject = "org" if agent_id is None else str(agent_id)
+    return f"budget_incident:{subject}:{month:%Y-%m}:{level.value}"
 
 
 def _money(micros: int | None) -> str:
@@ -141,28 +157,15 @@ def evaluate_run(session: Session, serde: Serde, record: RunCompleted, tz: ZoneI
     if level is IncidentSeverity.HARD:
         # Lock before deciding: a concurrent publish or pause of the agent serializes with us.
         agent = lock_agent(session, org_id, agent_id) or agent
-    pause = level is IncidentSeverity.HARD and agent.published_version_id is not None and agent.archived_at is None
-    run_id = _existing_run(session, org_id, record.run_id)
-    incident_id = session.scalar(
-        insert(BudgetIncident)
-        .values(
-            org_id=org_id,
-            scope=BudgetScope.AGENT.value,
-            policy_id=cap.policy_id,
-            agent_id=agent_id,
-            run_id=run_id,
-            severity=level.value,
-            period_month=month,
-            spent_micros=spend.cost_micros,
-            limit_micros=cap.cost_micros,
-            spent_tokens=spend.tokens,
-            limit_tokens=cap.tokens,
-            action_taken=(BudgetAction.PAUSE_AGENT if pause else BudgetAction.NOTIFY).value,
-            details={"run_id": str(record.run_id), "soft_threshold_pct": cap.soft_pct},
-        )
-        .on_conflict_do_nothing()
-        .returning(BudgetIncident.id)
+    pause = (
+        level is IncidentSeverity.HARD
+        and cap.hard_action is BudgetAction.PAUSE_AGENT
+        and agent.published_version_id is not None
+        and agent.archived_at is None
     )
+    run_id = _existing_run(session, org_id, record.run_id)
+    action = BudgetAction.PAUSE_AGENT if pause else BudgetAction.NOTIFY
+    incident_id = _record_incident(session, record, agent_id, run_id, level, month, spend, cap, action)
     if incident_id is None:
         return None  # already recorded this month: nothing more to do
     if pause:
@@ -177,49 +180,130 @@ def evaluate_run(session: Session, serde: Serde, record: RunCompleted, tz: ZoneI
             request_id=record.request_id,
             details={"incident_id": str(incident_id), "run_id": str(record.run_id)},
         )
-    return _publish_insight(session, serde, record, agent, level, spend, cap, pause, run_id, tz, month)
+    title, body = _texts(agent, level, spend, cap, pause)
+    note = _Note(insight_key(agent.id, month, level), title, body, level, agent.id, run_id)
+    return _publish_insight(session, serde, record, note, tz)
 
 
-def _publish_insight(
+def _org_texts(level: IncidentSeverity, spend: Spend, cap: Cap) -> tuple[str, str]:
+    figures = f"Spent {_money(spend.cost_micros)} of {_money(cap.cost_micros)}"
+    if cap.tokens is not None:
+        figures += f", {spend.tokens} of {cap.tokens} tokens"
+    if level is IncidentSeverity.HARD:
+        return (
+            "Monthly budget exhausted: agents stopped answering",
+            f"{figures} this month. No new run starts until the budget is raised or the month ends.",
+        )
+    return f"Budget warning: the organization passed {cap.soft_pct}% of its monthly budget", f"{figures} this month."
+
+
+def evaluate_org(session: Session, serde: Serde, record: RunCompleted, tz: ZoneInfo) -> Insight | None:
+    """The org's cap against the org's month after this run; the incident's ``insights`` record, if new."""
+    org_id = record.org_id
+    policy = session.scalars(
+        select(BudgetPolicy).where(
+            BudgetPolicy.org_id == org_id,
+            BudgetPolicy.scope == BudgetScope.ORGANIZATION.value,
+            BudgetPolicy.enabled.is_(True),
+        )
+    ).one_or_none()
+    if policy is None or (policy.cost_limit_micros is None and policy.token_limit is None):
+        return None
+    cap = Cap(
+        policy.cost_limit_micros, policy.token_limit, policy.soft_threshold_pct, policy.id, BudgetAction.BLOCK_DISPATCH
+    )
+    month = month_start(record.completed_at)
+    usage = month_totals(session, org_id, month)
+    if usage is None:
+        return None
+    spend = Spend(usage.cost_micros, usage.input_tokens + usage.output_tokens)
+    level = severity(spend, cap)
+    if level is None:
+        return None
+    run_id = _existing_run(session, org_id, record.run_id)
+    action = BudgetAction.BLOCK_DISPATCH if level is IncidentSeverity.HARD else BudgetAction.NOTIFY
+    incident_id = _record_incident(session, record, None, run_id, level, month, spend, cap, action)
+    if incident_id is None:
+        return None
+    title, body = _org_texts(level, spend, cap)
+    return _publish_insight(
+        session, serde, record, _Note(insight_key(None, month, level), title, body, level, None, run_id), tz
+    )
+
+
+def _record_incident(
     session: Session,
-    serde: Serde,
     record: RunCompleted,
-    agent: AiAgent,
+    agent_id: uuid.UUID | None,
+    run_id: uuid.UUID | None,
     level: IncidentSeverity,
+    month: date,
     spend: Spend,
     cap: Cap,
-    paused: bool,
-    run_id: uuid.UUID | None,
-    tz: ZoneInfo,
-    month: date,
-) -> Insight:
-    key = insight_key(agent.id, month, level)
-    title, body = _texts(agent, level, spend, cap, paused)
+    action: BudgetAction,
+) -> uuid.UUID | None:
+    """Insert the incident of an agent (or the org: ``agent_id`` None); None when it was already recorded."""
+    scope = BudgetScope.ORGANIZATION if agent_id is None else BudgetScope.AGENT
+    return session.scalar(
+        insert(BudgetIncident)
+        .values(
+            org_id=record.org_id,
+            scope=scope.value,
+            policy_id=cap.policy_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            severity=level.value,
+            period_month=month,
+            spent_micros=spend.cost_micros,
+            limit_micros=cap.cost_micros,
+            spent_tokens=spend.tokens,
+            limit_tokens=cap.tokens,
+            action_taken=action.value,
+            details={"run_id": str(record.run_id), "soft_threshold_pct": cap.soft_pct},
+        )
+        .on_conflict_do_nothing()
+        .returning(BudgetIncident.id)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Note:
+    """What an incident's insight says, and about whom."""
+
+    key: str
+    title: str
+    body: str
+    level: IncidentSeverity
+    agent_id: uuid.UUID | None
+    run_id: uuid.UUID | None
+
+
+def _publish_insight(session: Session, serde: Serde, record: RunCompleted, note: _Note, tz: ZoneInfo) -> Insight:
     day = local_day(record.completed_at, tz)
     row = upsert_insight(
         session,
         org_id=record.org_id,
-        dedupe_key=key,
+        dedupe_key=note.key,
         area=BUDGET_AREA,
-        title=title,
-        body=body,
+        title=note.title,
+        body=note.body,
         kind=InsightKind.INSIGHT,
-        severity=InsightSeverity.CRITICAL if level is IncidentSeverity.HARD else InsightSeverity.WARNING,
+        severity=InsightSeverity.CRITICAL if note.level is IncidentSeverity.HARD else InsightSeverity.WARNING,
         insight_date=day,
-        run_id=run_id,
+        run_id=note.run_id,
     )
     insight = Insight(
         org_id=record.org_id,
         request_id=record.request_id,
         insight_id=row.id,
-        insight_key=key,
+        insight_key=note.key,
         insight_date=day,
         kind=InsightKind.INSIGHT,
         area=BUDGET_AREA,
-        title=title,
-        body=body,
+        title=note.title,
+        body=note.body,
         status=InsightStatus.NEW,
-        agent_id=agent.id,
+        agent_id=note.agent_id,
         run_id=record.run_id,
         conversation_id=record.conversation_id,
     )

@@ -56,6 +56,12 @@ def process_org(
         insight: Insight | None = budgets.evaluate_run(session, serde, run, tz)
         if insight is not None:
             facts.append(insight_fact(insight))
+    # The org's cap: once per month of the batch, with its last run (the counters hold them all).
+    latest_of_month = {month: run for (_, month), run in sorted(latest_run.items(), key=lambda i: i[1].completed_at)}
+    for _, run in sorted(latest_of_month.items()):
+        org_insight = budgets.evaluate_org(session, serde, run, tz)
+        if org_insight is not None:
+            facts.append(insight_fact(org_insight))
     days = store.upsert_facts(session, org_id, facts)
     return store.recompute(session, org_id, days, tz.key, catalog, today=local_day(datetime.now(UTC), tz))
 

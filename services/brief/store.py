@@ -248,9 +248,7 @@ def load_inputs(session: Session, org_id: uuid.UUID, day: date, time_zone: str, 
     earlier_runs = [RunFact.from_payload(p) for p in _earlier_proposing_runs(session, org_id, day)]
     earlier_insights = [InsightFact.from_payload(p) for p in _earlier_insights(session, org_id, day)]
     action_ids = [a.action_id for r in (*runs, *earlier_runs) for a in r.proposed]
-    action_ids += [
-        i.proposed_action.action_id for i in (*insights, *earlier_insights) if i.proposed_action is not None
-    ]
+    action_ids += [i.proposed_action.action_id for i in (*insights, *earlier_insights) if i.proposed_action is not None]
     prefs = session.scalars(select(WorkspaceHomePrefs).where(WorkspaceHomePrefs.org_id == org_id)).one_or_none()
     return DayInputs(
         day=day,

@@ -33,6 +33,8 @@ from switchboard.db.enums import BudgetAction, BudgetScope, IncidentSeverity
 
 # Stand-in for "no agent" in unique indexes, so org-scope rows are unique too.
 _NO_AGENT = "'00000000-0000-0000-0000-000000000000'::uuid"
+# The same as an expression, for ``ON CONFLICT`` targets that must name the index's expression.
+NO_AGENT_SQL = text(_NO_AGENT)
 
 
 class BudgetPolicy(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
@@ -40,7 +42,8 @@ class BudgetPolicy(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
 
     NULL limits mean "no cap on that dimension"; a set limit is > 0. Crossing
     ``soft_threshold_pct`` of a limit records a warning; reaching it records a
-    hard incident and applies ``hard_action``.
+    hard incident and applies ``hard_action`` (an agent's: ``pause_agent`` or ``notify``;
+    the org's is ``block_dispatch``, which the dispatcher does before dispatch).
     """
 
     __tablename__ = "budget_policies"

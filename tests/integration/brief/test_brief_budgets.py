@@ -16,7 +16,7 @@ from switchboard.db.models.agents import AiAgent
 from switchboard.db.models.audit import AuditLogEntry
 from switchboard.db.models.autonomy import WorkspaceInsight
 from switchboard.db.models.brief import BriefFact
-from switchboard.db.models.budgets import BudgetIncident
+from switchboard.db.models.budgets import BudgetIncident, BudgetPolicy
 from switchboard.db.models.outbox import OutboxEvent
 from switchboard.db.usage import record_usage
 from switchboard.kafka.producer import RecordProducer
@@ -127,3 +127,85 @@ async def test_soft_then_hard_budget_incidents_pause_the_agent_once(
     assert sorted(listed) == [f"{key}:hard", f"{key}:warning"]
     cross = next(p for p in digest["planets"] if p["area"] == "cross")
     assert cross["status"] == "attention" and cross["open"] == 2
+
+
+def _org_policy(scene: Scene, *, cost: int, soft_pct: int = 80) -> None:
+    with tenant_session(scene.org) as session:
+        session.add(
+            BudgetPolicy(
+                org_id=scene.org_id,
+                scope="organization",
+                cost_limit_micros=cost,
+                soft_threshold_pct=soft_pct,
+                hard_action="block_dispatch",
+            )
+        )
+
+
+async def test_the_orgs_cap_warns_then_records_the_blocked_dispatch_once(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
+) -> None:
+    """The dispatcher stops dispatching an org over its cap; the brief is what tells the owner:
+    one warning, one hard incident (``block_dispatch``), each an insight the notifier sends on."""
+    scene = make_scene(stack.database_url)  # the agent itself is uncapped
+    _org_policy(scene, cost=CAP)
+    serde = Serde.from_settings(topics)
+    at = datetime(2026, 10, 15, 12, tzinfo=UTC)
+
+    def org_incidents() -> list[tuple[str, str, str]]:
+        with tenant_session(scene.org) as session:
+            rows = session.scalars(
+                select(BudgetIncident).where(
+                    BudgetIncident.org_id == scene.org_id, BudgetIncident.scope == "organization"
+                )
+            )
+            return sorted((r.severity, r.action_taken, str(r.agent_id)) for r in rows)
+
+    async with (
+        RecordProducer(topics, service="test", serde=serde) as producer,
+        running_brief(stack.database_url, topics, group_id),
+    ):
+        _spend(scene, 900_000)
+        await producer.send(Topics.RUN_COMPLETED, run_completed(scene, at, cost=900_000))
+        await wait_for(lambda: org_incidents() == [("warning", "notify", "None")], what="the org's warning")
+        _spend(scene, 150_000)
+        for hour in (13, 14):  # the second run past the cap records nothing new
+            await producer.send(Topics.RUN_COMPLETED, run_completed(scene, at.replace(hour=hour), cost=150_000))
+        expected = [("hard", "block_dispatch", "None"), ("warning", "notify", "None")]
+        await wait_for(lambda: org_incidents() == expected, what="the org's hard incident")
+        last = run_completed(scene, at.replace(hour=15), cost=0)
+        await producer.send(Topics.RUN_COMPLETED, last)
+        await wait_for(lambda: _fact_stored(scene, last), what="the last run")
+    assert org_incidents() == expected
+    with tenant_session(scene.org) as session:
+        assert session.get_one(AiAgent, scene.agent_id).published_version_id == scene.version_id, "no agent paused"
+    announced = [
+        serde.decode(Topics.INSIGHTS, row.payload)
+        for row in _outbox(scene, Topics.INSIGHTS.name, str(scene.org_id).encode())
+    ]
+    keys = sorted(i.insight_key for i in announced)  # type: ignore[attr-defined]
+    assert keys == ["budget_incident:org:2026-10:hard", "budget_incident:org:2026-10:warning"]
+    hard = next(i for i in announced if i.insight_key.endswith(":hard"))  # type: ignore[attr-defined]
+    assert "stopped answering" in hard.title and hard.agent_id is None  # type: ignore[attr-defined]
+
+
+async def test_an_agent_policy_that_only_notifies_does_not_pause_the_agent(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
+) -> None:
+    scene = make_scene(stack.database_url)
+    with tenant_session(scene.org) as session:
+        session.add(
+            BudgetPolicy(
+                org_id=scene.org_id, scope="agent", agent_id=scene.agent_id, cost_limit_micros=CAP, hard_action="notify"
+            )
+        )
+    serde = Serde.from_settings(topics)
+    async with (
+        RecordProducer(topics, service="test", serde=serde) as producer,
+        running_brief(stack.database_url, topics, group_id),
+    ):
+        _spend(scene, 1_200_000)
+        await producer.send(Topics.RUN_COMPLETED, run_completed(scene, datetime(2026, 10, 15, 12, tzinfo=UTC), cost=0))
+        await wait_for(lambda: _incidents(scene) == [("hard", "notify")], what="the hard incident")
+    with tenant_session(scene.org) as session:
+        assert session.get_one(AiAgent, scene.agent_id).published_version_id == scene.version_id

@@ -8,7 +8,7 @@ from datetime import date
 import pytest
 
 from services.brief.budgets import Cap, Spend, effective_cap, insight_key, severity
-from switchboard.db.enums import IncidentSeverity
+from switchboard.db.enums import BudgetAction, IncidentSeverity
 from switchboard.db.models.agents import AiAgent
 from switchboard.db.models.budgets import BudgetPolicy
 
@@ -24,8 +24,14 @@ def _policy(**fields: object) -> BudgetPolicy:
 
 
 def test_an_enabled_policy_wins_over_the_agents_own_figure() -> None:
-    policy = _policy(cost_limit_micros=2_000_000, token_limit=10_000)
+    policy = _policy(cost_limit_micros=2_000_000, token_limit=10_000, hard_action="pause_agent")
     assert effective_cap(policy, _agent(1_000_000)) == Cap(2_000_000, 10_000, 50, policy.id)
+
+
+def test_a_policy_says_what_exhausting_it_does_and_the_agents_own_figure_pauses() -> None:
+    notify = _policy(cost_limit_micros=5, hard_action="notify")
+    assert effective_cap(notify, _agent(None)) == Cap(5, None, 50, notify.id, BudgetAction.NOTIFY)
+    assert effective_cap(None, _agent(1_000_000)) == Cap(1_000_000, None, 80, None, BudgetAction.PAUSE_AGENT)
 
 
 def test_a_disabled_policy_falls_back_to_the_agents_figure_with_the_default_threshold() -> None:
@@ -58,3 +64,4 @@ def test_the_highest_severity_reached_on_any_dimension(spend: Spend, expected: I
 def test_insight_key_names_agent_month_and_severity() -> None:
     agent_id = uuid.UUID(int=7)
     assert insight_key(agent_id, date(2026, 3, 1), IncidentSeverity.HARD) == f"budget_incident:{agent_id}:2026-03:hard"
+    assert insight_key(None, date(2026, 3, 1), IncidentSeverity.WARNING) == "budget_incident:org:2026-03:warning"
