@@ -30,6 +30,7 @@ from services.api.home.endpoints import router as home_router
 from services.api.identity.endpoints import router as identity_router
 from services.api.mcp.server import MCP_MOUNT, McpToolServer
 from services.api.org_webhooks.endpoints import router as org_webhooks_router
+from services.api.organization.endpoints import router as organization_router
 from services.api.runs.endpoints import router as runs_router
 from services.api.runs_live.endpoints import router as runs_live_router
 from services.api.settings import ApiSettings
@@ -145,6 +146,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         budgets_router,
         conversations_router,
         org_webhooks_router,
+        organization_router,
         autonomy_router,
         insights_router,
     ):

@@ -21,6 +21,7 @@ from services.api.agents.schemas import AgentStatus
 from switchboard.db.enums import AgentVersionStatus
 from switchboard.db.models.agents import AiAgent, AiAgentVersion, AiModel, AiProviderCredential
 from switchboard.db.models.channels import ChannelSession
+from switchboard.db.models.tenancy import Organization
 
 
 def clock_now(session: Session) -> datetime:
@@ -173,3 +174,8 @@ def channel_session(session: Session, org_id: uuid.UUID, channel_session_id: uui
     return session.scalars(
         select(ChannelSession).where(ChannelSession.org_id == org_id, ChannelSession.id == channel_session_id)
     ).one_or_none()
+
+
+def org_time_zone(session: Session, org_id: uuid.UUID) -> str:
+    """The org's IANA zone (business hours default to it)."""
+    return session.scalar(select(Organization.time_zone).where(Organization.id == org_id)) or "UTC"

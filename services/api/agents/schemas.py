@@ -125,13 +125,18 @@ class WeeklyWindowIn(_Strict):
 
 
 class BusinessHoursIn(_Strict):
-    time_zone: str = Field(min_length=1, max_length=64, description="IANA time zone, e.g. America/Sao_Paulo")
+    time_zone: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="IANA time zone, e.g. America/Sao_Paulo; omitted: the organization's (written into the version)",
+    )
     windows: list[WeeklyWindowIn] = Field(min_length=1, max_length=70)
 
     @field_validator("time_zone")
     @classmethod
-    def _zone(cls, value: str) -> str:
-        return check_time_zone(value)
+    def _zone(cls, value: str | None) -> str | None:
+        return None if value is None else check_time_zone(value)
 
     @model_validator(mode="after")
     def _no_overlap(self) -> BusinessHoursIn:

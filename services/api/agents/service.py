@@ -325,7 +325,13 @@ def _subagent_problems(
     return problems
 
 
-def _columns(config: VersionConfig) -> dict[str, Any]:
+def _columns(session: Session, org_id: uuid.UUID, config: VersionConfig) -> dict[str, Any]:
+    """The version's columns; business hours without a zone are in the org's zone [SPEC §5], written
+    out so that a later change of the org's zone does not move an agent's hours silently."""
+    trigger = config.trigger_config.model_dump(mode="json")
+    hours = trigger.get("business_hours")
+    if hours is not None and hours.get("time_zone") is None:
+        hours["time_zone"] = repository.org_time_zone(session, org_id)
     return {
         "system_prompt": config.system_prompt,
         "persona": config.persona,
@@ -334,7 +340,7 @@ def _columns(config: VersionConfig) -> dict[str, Any]:
         "model": config.model,
         "credential_id": config.credential_id,
         "tool_ids": list(config.tool_ids),
-        "trigger_config": config.trigger_config.model_dump(mode="json"),
+        "trigger_config": trigger,
         "channel_session_id": config.channel_session_id,
         "max_steps": config.max_steps,
         "token_budget": config.token_budget,
@@ -439,7 +445,12 @@ def create_agent(
     session.add(agent)
     session.flush()
     version = _new_version(
-        session, org_id=org_id, agent_id=agent.id, number=1, columns=_columns(body.version), actor_user_id=actor_user_id
+        session,
+        org_id=org_id,
+        agent_id=agent.id,
+        number=1,
+        columns=_columns(session, org_id, body.version),
+        actor_user_id=actor_user_id,
     )
     record_audit(
         session,
@@ -837,7 +848,12 @@ def save_version(
     check_references(session, org_id, body, prefix=["body"], agent_id=agent.id)
     number = repository.next_version_number(session, org_id, agent.id)
     version = _new_version(
-        session, org_id=org_id, agent_id=agent.id, number=number, columns=_columns(body), actor_user_id=actor_user_id
+        session,
+        org_id=org_id,
+        agent_id=agent.id,
+        number=number,
+        columns=_columns(session, org_id, body),
+        actor_user_id=actor_user_id,
     )
     record_audit(
         session,
@@ -881,7 +897,7 @@ def patch_version(
         raise _from_pydantic(exc, ["body"]) from exc
     check_references(session, org_id, config, prefix=["body"], agent_id=agent.id)
     before = _copyable(version)
-    after = _columns(config)
+    after = _columns(session, org_id, config)
     changed = sorted(k for k, v in after.items() if before.get(k) != v)
     for key in changed:
         setattr(version, key, after[key])

@@ -82,6 +82,8 @@ POLICY: dict[tuple[str, str], Need] = {
     ("POST", "/api/v1/insights/{insight_id}:dismiss"): "manager",
     ("POST", "/api/v1/insights/{insight_id}:seen"): "manager",
     ("GET", "/api/v1/budget-policies"): "manager",
+    ("GET", "/api/v1/organization"): "viewer",
+    ("PATCH", "/api/v1/organization"): "admin_mfa",
     ("PUT", "/api/v1/budget-policies/organization"): "admin_mfa",
     ("DELETE", "/api/v1/budget-policies/organization"): "admin_mfa",
     ("PUT", "/api/v1/budget-policies/agents/{agent_id}"): "admin_mfa",
