@@ -1,16 +1,27 @@
-"""``/api/v1/conversations``: read a conversation; hand it back to the agents after a handoff; wake its agent."""
+"""``/api/v1/conversations``: the inbox — list conversations, read one with its messages and the
+dispatcher's decisions on it (``/dispatch-decisions`` for the whole org); hand one back to the
+agents after a handoff; wake its agent. Everything needs ``manager`` (customers' words)."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
-from services.api.conversations import service, wake
-from services.api.conversations.schemas import ConversationView, HandbackResult, WakeRequest, WakeResult
+from services.api.conversations import reading, service, wake
+from services.api.conversations.schemas import (
+    ConversationView,
+    DecisionView,
+    HandbackResult,
+    MessageView,
+    WakeRequest,
+    WakeResult,
+)
 from services.api.core.auth import Manager
 from services.api.core.errors import Conflict, Forbidden, NotFound, Unauthorized, ValidationFailed, error_responses
-from services.api.core.responses import Envelope
+from services.api.core.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor
+from services.api.core.responses import Envelope, Page
 from switchboard.contracts import Serde
 from switchboard.db.models.channels import Conversation
 
@@ -31,6 +42,99 @@ def _view(row: Conversation) -> ConversationView:
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
+
+
+_LIST_ERRORS = error_responses(Unauthorized, Forbidden, NotFound, ValidationFailed)
+CursorQuery = Annotated[str | None, Query(max_length=200)]
+LimitQuery = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
+
+
+@router.get("/conversations", response_model=Page[ConversationView], responses=_LIST_ERRORS)
+async def list_conversations(
+    ctx: Manager,
+    status: Annotated[str | None, Query(max_length=16, description="open, handoff (humans own it) or closed")] = None,
+    channel_session_id: uuid.UUID | None = None,
+    cursor: CursorQuery = None,
+    limit: LimitQuery = DEFAULT_LIMIT,
+) -> Page[ConversationView]:
+    """Most recent activity first (the last message, else creation)."""
+    before = decode_cursor(cursor)
+    rows = await ctx.session.run_sync(
+        lambda s: reading.list_conversations(
+            s, ctx.org_id, status=status, channel_session_id=channel_session_id, limit=limit + 1, before=before
+        )
+    )
+    page = rows[:limit]
+    next_cursor = encode_cursor(reading.activity(page[-1]), page[-1].id) if len(rows) > limit else None
+    return Page(data=[_view(r) for r in page], next_cursor=next_cursor)
+
+
+@router.get("/conversations/{conversation_id}/messages", response_model=Page[MessageView], responses=_LIST_ERRORS)
+async def list_messages(
+    conversation_id: uuid.UUID, ctx: Manager, cursor: CursorQuery = None, limit: LimitQuery = DEFAULT_LIMIT
+) -> Page[MessageView]:
+    """The conversation's messages, newest first."""
+    before = decode_cursor(cursor)
+    rows = await ctx.session.run_sync(
+        lambda s: reading.list_messages(s, ctx.org_id, conversation_id, limit=limit + 1, before=before)
+    )
+    page = rows[:limit]
+    next_cursor = encode_cursor(page[-1].occurred_at, page[-1].id) if len(rows) > limit else None
+    return Page(data=[MessageView.model_validate(r) for r in page], next_cursor=next_cursor)
+
+
+@router.get("/conversations/{conversation_id}/decisions", response_model=Page[DecisionView], responses=_LIST_ERRORS)
+async def list_conversation_decisions(
+    conversation_id: uuid.UUID,
+    ctx: Manager,
+    message_id: uuid.UUID | None = None,
+    cursor: CursorQuery = None,
+    limit: LimitQuery = DEFAULT_LIMIT,
+) -> Page[DecisionView]:
+    """Why each message of the conversation was answered, held back or left alone, newest first."""
+    return await _decisions(
+        ctx, conversation_id=conversation_id, message_id=message_id, outcome=None, cursor=cursor, limit=limit
+    )
+
+
+@router.get("/dispatch-decisions", response_model=Page[DecisionView], responses=_LIST_ERRORS)
+async def list_dispatch_decisions(
+    ctx: Manager,
+    outcome: Annotated[str | None, Query(max_length=32, description="e.g. no_match, budget_exceeded")] = None,
+    message_id: uuid.UUID | None = None,
+    cursor: CursorQuery = None,
+    limit: LimitQuery = DEFAULT_LIMIT,
+) -> Page[DecisionView]:
+    """The org's dispatcher decisions, newest first: ``outcome=no_match`` lists the messages no agent took."""
+    return await _decisions(
+        ctx, conversation_id=None, message_id=message_id, outcome=outcome, cursor=cursor, limit=limit
+    )
+
+
+async def _decisions(
+    ctx: Manager,
+    *,
+    conversation_id: uuid.UUID | None,
+    message_id: uuid.UUID | None,
+    outcome: str | None,
+    cursor: str | None,
+    limit: int,
+) -> Page[DecisionView]:
+    before = decode_cursor(cursor)
+    rows = await ctx.session.run_sync(
+        lambda s: reading.list_decisions(
+            s,
+            ctx.org_id,
+            conversation_id=conversation_id,
+            message_id=message_id,
+            outcome=outcome,
+            limit=limit + 1,
+            before=before,
+        )
+    )
+    page = rows[:limit]
+    next_cursor = encode_cursor(page[-1].created_at, page[-1].id) if len(rows) > limit else None
+    return Page(data=[DecisionView.model_validate(r) for r in page], next_cursor=next_cursor)
 
 
 @router.get(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from switchboard.contracts import WakeContext, WakeReason
 from switchboard.db.enums import ConversationStatus
@@ -52,3 +53,40 @@ class WakeResult(BaseModel):
     conversation_id: uuid.UUID
     reason: WakeReason
     context: WakeContext
+
+
+class MessageView(BaseModel):
+    """One message of a conversation, as stored (inbound from the customer, outbound from an agent or a person)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: uuid.UUID
+    direction: str = Field(description="`inbound` or `outbound`")
+    sender: str = Field(description="`contact`, `agent`, `human` or `system`")
+    body: str
+    content_type: str
+    from_me: bool
+    delivery_status: str
+    run_id: uuid.UUID | None = Field(description="The run that wrote an agent's message")
+    occurred_at: datetime
+    created_at: datetime
+
+
+class DecisionView(BaseModel):
+    """One decision of the dispatcher: why a message started a run, waited, or got no answer."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: uuid.UUID
+    outcome: str = Field(
+        description="`dispatched`, `no_match`, `conv_busy`, `budget_exceeded`, `rate_limited`, `queued`, `steered`, …"
+    )
+    conversation_id: uuid.UUID | None
+    inbound_message_id: uuid.UUID | None
+    agent_id: uuid.UUID | None
+    agent_version_id: uuid.UUID | None
+    run_id: uuid.UUID | None
+    wake_reason: str
+    is_dry_run: bool
+    details: dict[str, Any] = Field(description="Candidates considered, the filter that rejected them, the busy run…")
+    created_at: datetime

@@ -11,6 +11,9 @@ import json
 import uuid
 from datetime import datetime
 
+from sqlalchemy import ColumnElement, tuple_
+from sqlalchemy.orm import InstrumentedAttribute
+
 from services.api.core.errors import ValidationFailed
 
 DEFAULT_LIMIT = 50
@@ -31,3 +34,12 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
         return datetime.fromisoformat(created_at), uuid.UUID(row_id)
     except (ValueError, TypeError) as exc:
         raise ValidationFailed("The cursor is not one this API issued", details={"field": "cursor"}) from exc
+
+
+def older_than(
+    key: ColumnElement[datetime] | InstrumentedAttribute[datetime],
+    row_id: InstrumentedAttribute[uuid.UUID],
+    cursor: tuple[datetime, uuid.UUID],
+) -> ColumnElement[bool]:
+    """The rows after the cursor in newest-first ``(key, id)`` order (a row comparison)."""
+    return tuple_(key, row_id) < tuple_(*cursor)
