@@ -29,6 +29,7 @@ from services.api.followups.scheduler import FollowupScheduler
 from services.api.home.endpoints import router as home_router
 from services.api.identity.endpoints import router as identity_router
 from services.api.mcp.server import MCP_MOUNT, McpToolServer
+from services.api.members.endpoints import router as members_router
 from services.api.org_webhooks.endpoints import router as org_webhooks_router
 from services.api.organization.endpoints import router as organization_router
 from services.api.runs.endpoints import router as runs_router
@@ -135,6 +136,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     for router in (
         webhooks_router,
         identity_router,
+        members_router,
         catalog_router,
         credentials_router,
         agents_router,

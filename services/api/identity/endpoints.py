@@ -20,6 +20,7 @@ from services.api.core.errors import (
 from services.api.core.responses import Envelope
 from services.api.identity import repository, service
 from services.api.identity.schemas import (
+    ChangePassword,
     CreateTokenRequest,
     IssuedToken,
     LoginRequest,
@@ -93,6 +94,22 @@ def _require_user(ctx: Authenticated) -> uuid.UUID:
     if ctx.principal.user_id is None:
         raise Forbidden("Only a user's token can manage that user's second factor")
     return ctx.principal.user_id
+
+
+@router.post(
+    "/auth/password",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=error_responses(Unauthorized, Forbidden, ValidationFailed),
+)
+async def change_password(body: ChangePassword, ctx: Authenticated) -> None:
+    """Change the calling user's password (the current one proves it is them); their other
+    sessions stay valid until they expire or are revoked."""
+    user_id = _require_user(ctx)
+    await ctx.session.run_sync(
+        lambda s: service.change_password(
+            s, org_id=ctx.org_id, user_id=user_id, current=body.current_password, new=body.new_password
+        )
+    )
 
 
 @router.post(

@@ -19,6 +19,11 @@ class LoginRequest(BaseModel):
     org_id: uuid.UUID | None = None
 
 
+class ChangePassword(BaseModel):
+    current_password: str = Field(min_length=1, max_length=1024)
+    new_password: str = Field(min_length=12, max_length=1024)
+
+
 class IssuedToken(BaseModel):
     """A token as issued: the plaintext is shown this once and never again."""
 

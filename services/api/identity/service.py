@@ -29,6 +29,13 @@ from switchboard.db.session import set_tenant
 SESSION_TTL = timedelta(hours=12)
 
 
+class WrongPassword(ValidationFailed):
+    """422, not 401: the caller's token is fine, the password they typed is not."""
+
+    code = "current_password_wrong"
+    default_message = "The current password is wrong"
+
+
 @dataclass(frozen=True)
 class NewToken:
     row: ApiToken
@@ -173,6 +180,25 @@ def login(
         details={"mfa_verified": mfa_verified},
     )
     return token
+
+
+def change_password(session: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, current: str, new: str) -> None:
+    """Replace the user's password after checking the current one; audited (never the passwords)."""
+    user = repository.user_by_id(session, user_id)
+    if user is None or not verify_password(current, user.password_hash):
+        raise WrongPassword()
+    if current == new:
+        raise ValidationFailed("The new password must differ from the current one", details={"field": "new_password"})
+    user.password_hash = hash_password(new)
+    record_audit(
+        session,
+        org_id=org_id,
+        action="user.password_changed",
+        actor_user_id=user.id,
+        target_type="user",
+        target_id=user.id,
+    )
+    session.flush()
 
 
 def _totp_secret(user: User, keyring: KeyRing) -> bytes | None:
