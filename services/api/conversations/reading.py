@@ -21,6 +21,7 @@ from switchboard.contracts.enums import DispatchOutcome
 from switchboard.db.enums import ConversationStatus
 from switchboard.db.models.channels import Conversation, Message
 from switchboard.db.models.runs import DispatchDecision
+from switchboard.internal_chats import INTERNAL_CHAT_PREFIX
 
 Cursor = tuple[datetime, uuid.UUID] | None
 
@@ -49,12 +50,15 @@ def list_conversations(
     limit: int,
     before: Cursor,
 ) -> list[Conversation]:
-    """Most recent activity first. The order key moves when a message arrives, so a conversation
+    """Customer conversations, most recent activity first. The order key moves when a message arrives, so a conversation
     active while someone pages can show up again on a later page (never be skipped: it moves up)."""
     if status is not None and status not in {s.value for s in ConversationStatus}:
         raise UnknownConversationFilter()
     key = func.coalesce(Conversation.last_message_at, Conversation.created_at)
-    query = select(Conversation).where(Conversation.org_id == org_id)
+    # Switchboard's own conversations (dry runs, the daily analysis) have no customer: not the inbox.
+    query = select(Conversation).where(
+        Conversation.org_id == org_id, Conversation.chat_id.not_like(f"{INTERNAL_CHAT_PREFIX}%")
+    )
     if status is not None:
         query = query.where(Conversation.status == status)
     if channel_session_id is not None:

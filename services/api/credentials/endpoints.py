@@ -112,12 +112,15 @@ async def get_credential(credential_id: uuid.UUID, ctx: Manager) -> Envelope[Cre
     "/credentials/{credential_id}:revalidate",
     response_model=Envelope[CredentialView],
     status_code=status.HTTP_202_ACCEPTED,
-    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, ValidationFailed),
+    responses=error_responses(Unauthorized, Forbidden, NotFound, ValidationFailed),
 )
 async def revalidate_credential(
-    credential_id: uuid.UUID, ctx: AdminWrite, request: Request, background: BackgroundTasks
+    credential_id: uuid.UUID, ctx: Manager, request: Request, background: BackgroundTasks
 ) -> Envelope[CredentialView]:
-    """Check the key against its provider again (in the background); answers with ``pending``."""
+    """Check the key against its provider again (in the background); answers with ``pending``.
+
+    ``manager`` [004 §7]: it changes no secret and reveals nothing, and the person who sees runs
+    failing on a key should be able to re-check it once the provider account is fixed."""
     p = ctx.principal
     pending = await ctx.session.run_sync(
         lambda s: service.view(

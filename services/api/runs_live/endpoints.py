@@ -8,13 +8,14 @@ run keeps going; its trace and events stay available).
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import SettingsConfigDict
 from sqlalchemy import select
 
@@ -42,7 +43,22 @@ class LiveRunSettings(SharedSettings):
 
 class SampleContact(BaseModel):
     name: str | None = Field(default=None, max_length=200)
-    phone: str | None = Field(default=None, max_length=32)
+    phone: str | None = Field(
+        default=None,
+        max_length=32,
+        description="E.164 (spaces, dashes and parentheses are dropped); on the test contact",
+    )
+
+    @field_validator("phone")
+    @classmethod
+    def _e164(cls, value: str | None) -> str | None:
+        """As contacts store it: ``+`` and 7 to 15 digits."""
+        if value is None:
+            return None
+        compact = re.sub(r"[\s().-]", "", value)
+        if not re.fullmatch(r"\+[1-9][0-9]{6,14}", compact):
+            raise ValueError("phone must be an E.164 number, e.g. +5511912345678")
+        return compact
 
 
 class DryRunBody(BaseModel):
@@ -122,6 +138,7 @@ async def test_version(
             caller=caller,
             sample_message=body.sample_message,
             contact_name=body.sample_contact.name if body.sample_contact else None,
+            contact_phone=body.sample_contact.phone if body.sample_contact else None,
             request_id=ctx.request_id or None,
         ),
     )

@@ -56,6 +56,8 @@ class DryRunRequest:
     sample_message: str
     contact_name: str | None
     request_id: str | None
+    # The sample contact's phone, stored on the test contact as a customer's would be.
+    contact_phone: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,10 +90,18 @@ async def request_dry_run(
         chat_id = f"{TEST_CHAT_PREFIX}{request.caller}"
         contact_id = await session.scalar(
             insert(Contact)
-            .values(org_id=request.org_id, external_id=chat_id, display_name=request.contact_name or "Test contact")
+            .values(
+                org_id=request.org_id,
+                external_id=chat_id,
+                display_name=request.contact_name or "Test contact",
+                phone_number=request.contact_phone,
+            )
             .on_conflict_do_update(
                 index_elements=[Contact.org_id, Contact.external_id],
-                set_={"display_name": request.contact_name or Contact.display_name},
+                set_={
+                    "display_name": request.contact_name or Contact.display_name,
+                    "phone_number": request.contact_phone or Contact.phone_number,
+                },
             )
             .returning(Contact.id)
         )

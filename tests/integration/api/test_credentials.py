@@ -544,9 +544,11 @@ async def test_roles(client: httpx.AsyncClient, org: OrgHandle) -> None:
         assert (await client.get(path, headers=admin_no_mfa)).status_code == 200
 
     body = {"provider": "anthropic", "label": "m", "api_key": ANTHROPIC_GOOD}
+    # Revalidating is a manager's [004 §7]: it changes no secret (test_revalidate_runs_the_check_again).
+    assert (await client.post(f"/api/v1/credentials/{cid}:revalidate", headers=viewer)).status_code == 403
+    assert (await client.post(f"/api/v1/credentials/{cid}:revalidate", headers=manager)).status_code == 202
     writes = (
         ("POST", "/api/v1/credentials", body),
-        ("POST", f"/api/v1/credentials/{cid}:revalidate", None),
         ("DELETE", f"/api/v1/credentials/{cid}", None),
     )
     for method, path, payload in writes:

@@ -38,6 +38,14 @@ def _seed(scene: Scene) -> dict[str, uuid.UUID]:
             last_message_at=T0,
         )
         session.add(handed)
+        session.add(  # Switchboard's own (the daily analysis): never in the inbox
+            Conversation(
+                org_id=scene.org_id,
+                channel_session_id=scene.channel_session_id,
+                chat_id="switchboard-analysis",
+                last_message_at=T0 + timedelta(hours=1),
+            )
+        )
         session.get_one(Conversation, scene.conversation_id).last_message_at = T0 + timedelta(minutes=5)
         for n, (direction, sender) in enumerate(
             (("inbound", "contact"), ("outbound", "agent"), ("inbound", "contact"))

@@ -41,7 +41,7 @@ POLICY: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/credentials/{credential_id}"): "manager",
     ("POST", "/api/v1/credentials"): "admin_mfa",
     ("DELETE", "/api/v1/credentials/{credential_id}"): "admin_mfa",
-    ("POST", "/api/v1/credentials/{credential_id}:revalidate"): "admin_mfa",
+    ("POST", "/api/v1/credentials/{credential_id}:revalidate"): "manager",
     ("GET", "/api/v1/agents"): "manager",
     ("GET", "/api/v1/agents/{agent_id}"): "manager",
     ("POST", "/api/v1/agents"): "admin_mfa",

@@ -96,7 +96,10 @@ async def test_dry_run_returns_the_trace_sends_nothing_and_streams_its_events(
     async with emulated_dispatcher(rh, org.org_id):
         response = await api.post(
             f"/api/v1/agents/{agent.agent_id}/versions/{agent.version_id}:test",
-            json={"sample_message": "Quanto custa o produto X?", "sample_contact": {"name": "Cliente Teste"}},
+            json={
+                "sample_message": "Quanto custa o produto X?",
+                "sample_contact": {"name": "Cliente Teste", "phone": "+55 11 91234-5678"},
+            },
             headers=org.headers(),
         )
     assert response.status_code == 200, response.text
@@ -108,6 +111,8 @@ async def test_dry_run_returns_the_trace_sends_nothing_and_streams_its_events(
     assert data["tokens_out"] > 0 and data["cost_micro_usd"] > 0 and data["latency_ms"] is not None
     outbound = rh.scalar(org.org_id, "SELECT count(*) FROM messages WHERE direction = 'outbound'")
     assert outbound == 0
+    phone = rh.scalar(org.org_id, "SELECT phone_number FROM contacts WHERE external_id LIKE 'switchboard-test-%'")
+    assert phone == "+5511912345678", "the sample contact's phone is on the test contact, in E.164"
 
     stream = await api.get(f"/api/v1/runs/{data['run_id']}/events", headers=org.headers())
     assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
@@ -164,3 +169,16 @@ async def test_the_trace_is_typed_model_tool_and_guard_entries(
     schemas = (await api.get("/openapi.json")).json()["components"]["schemas"]
     assert schemas["TraceKind"]["enum"] == ["model", "tool", "guard"]
     assert {"kind", "tool_name", "model", "guard", "is_error"} <= set(schemas["RunStep"]["properties"])
+
+
+async def test_a_sample_phone_that_is_not_e164_is_refused(
+    rh: RunnerHarness, api: httpx.AsyncClient, stack: StackEndpoints
+) -> None:
+    org = create_org(stack.database_url)
+    agent = create_agent(rh.db, org_id=org.org_id, provider="anthropic", model="claude-haiku-4-5")
+    refused = await api.post(
+        f"/api/v1/agents/{agent.agent_id}/versions/{agent.version_id}:test",
+        json={"sample_message": "Oi", "sample_contact": {"phone": "call me maybe"}},
+        headers=org.headers(),
+    )
+    assert refused.status_code == 422 and "E.164" in refused.text
