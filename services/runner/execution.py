@@ -694,6 +694,32 @@ def _actions(request: RunRequested, outcome: LoopOutcome, at: datetime) -> tuple
     )
 
 
+_STEP_EVENTS: dict[object, str] = {"model": "model_called", "tool": "tool_called", "guard": "guard_triggered"}
+
+
+def _log_steps(request: RunRequested, entries: list[dict[str, object]]) -> None:
+    """One structured line per trace entry [004 §8.3]: which step did what, with its tokens and cost.
+
+    Ids, names and figures only — never the text, the arguments or a tool's result (customer
+    words and whatever a tool returned stay in the run's trace, behind the API's roles)."""
+    for entry in entries:
+        kind = entry.get("kind")
+        line: dict[str, object] = {
+            **_labels(request),
+            "step_index": entry.get("step"),
+            "event": _STEP_EVENTS.get(kind, str(kind)),
+        }
+        if kind == "model":
+            line |= {key: entry.get(key) for key in ("tokens_in", "tokens_out", "cost_micros", "duration_ms")}
+            line["stop_reason"] = entry.get("stop_reason")
+        elif kind == "tool":
+            line |= {"tool_name": entry.get("tool_name"), "is_error": entry.get("is_error")}
+            line["duration_ms"] = entry.get("duration_ms")
+        else:
+            line["guard"] = entry.get("name")
+        log.info("run step", extra=line)
+
+
 class _Trace:
     """The loop's :class:`~services.runner.loop.TraceSink`: appends to the run row, tracks steps.
 
@@ -714,6 +740,7 @@ class _Trace:
         self, entries: list[dict[str, object]], *, steps: int, usage: TokenUsage, cost: int, final: bool = False
     ) -> None:
         self._handle.status = "running"
+        _log_steps(self._request, entries)
         if final:
             self._tail.extend(entries)
             return

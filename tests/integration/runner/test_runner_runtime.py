@@ -280,3 +280,34 @@ def _fresh_conversation(rh: RunnerHarness, agent: Agent) -> Agent:
         return dataclasses.replace(
             agent, conversation_id=conversation.id, contact_id=contact.id, chat_id=contact.external_id
         )
+
+
+async def test_every_step_is_a_structured_log_line_without_the_conversation(
+    rh: RunnerHarness, stack: StackEndpoints, caplog: pytest.LogCaptureFixture
+) -> None:
+    """[004 §8.3]: run, agent, version and org ids, the step, what happened, tokens and cost — and
+    none of the words (the customer's message, the tool's arguments and result stay in the trace)."""
+    caplog.set_level(logging.INFO, logger="services.runner")
+    org = create_org(stack.database_url)
+    agent = create_agent(rh.db, org_id=org.org_id, provider="openai", model="gpt-5-mini", tool_ids=[SEARCH_CONTACTS])
+    secret_words = f"Ana-{uuid.uuid4().hex[:6]}"
+    rh.fake.script([tool(SEARCH_CONTACTS, {"query": secret_words}), Reply(text="Pronto.", output_tokens=7)])
+    request = run_request(agent, [inbound(rh.db, agent, f"Procure a {secret_words}")])
+    assert (await rh.run(request)).status == "completed"
+
+    steps = [
+        r for r in caplog.records if r.getMessage() == "run step" and r.__dict__.get("run_id") == str(request.run_id)
+    ]
+    assert [(r.__dict__["step_index"], r.__dict__["event"]) for r in steps] == [
+        (1, "model_called"),
+        (1, "tool_called"),
+        (2, "model_called"),
+    ]
+    tool_line = steps[1].__dict__
+    assert tool_line["tool_name"] == SEARCH_CONTACTS and tool_line["is_error"] is False
+    last = steps[2].__dict__
+    assert last["tokens_out"] == 7 and last["cost_micros"] >= 0 and last["stop_reason"]
+    assert {r.__dict__["organization_id"] for r in steps} == {str(org.org_id)}
+    assert {r.__dict__["version_id"] for r in steps} == {str(agent.version_id)}
+    formatter = JsonFormatter("runner")
+    assert not [r for r in steps if secret_words in formatter.format(r)]
