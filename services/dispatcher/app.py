@@ -24,7 +24,8 @@
   first version: it blocks the stream while a batch is processed, so batches stayed
   at a handful of events and every one paid the full round trips (docs/benchmarks.md).
   Exactly-once mode is off: duplicates are handled by idempotency.
-- **No faust web server**: the service's own health server answers probes and metrics.
+- **No faust web server**: the service's own health server answers probes and metrics,
+  including ``switchboard_consumer_lag`` of the source partitions after each batch.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ from services.dispatcher.processor import InEvent
 from services.dispatcher.settings import DispatcherSettings
 from switchboard.contracts import Topics, TopicSpec
 from switchboard.observability.logging import get_logger
+from switchboard.observability.metrics import CONSUMER_LAG
 from switchboard.settings import KafkaSettings
 
 log = get_logger(__name__)
 
 APP_NAME: Final = "switchboard-dispatcher"
+SERVICE_LABEL: Final = "dispatcher"  # the ``service`` label of the metrics
 TABLE_NAME: Final = "conversations"
 SOURCE_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (
     Topics.DISPATCH_REQUESTED,
@@ -235,8 +238,24 @@ class DispatcherApp:
                 await self._on_batch([self._in_event(e) for e in events])
                 for event in events:
                     await self._stream.ack(event)
+                self._report_lag(events)
             finally:
                 self._batch_running = False
+
+    def _report_lag(self, events: Sequence[Any]) -> None:
+        """``switchboard_consumer_lag`` of the source partitions a batch touched: the partition's end
+        minus the next offset to process (what the shared consumer reports for the other services)."""
+        done: dict[Any, int] = {}
+        for event in events:
+            message = event.message
+            done[message.tp] = max(done.get(message.tp, -1), message.offset)
+        for tp, offset in done.items():
+            try:
+                highwater = self.app.consumer.highwater(tp)
+            except Exception:  # a partition revoked meanwhile, a consumer restarting: no figure this time
+                continue
+            if highwater is not None:
+                CONSUMER_LAG.labels(SERVICE_LABEL, tp.topic, str(tp.partition)).set(max(0, highwater - offset - 1))
 
     @property
     def ready(self) -> bool:

@@ -98,7 +98,7 @@ async def test_bursts_of_200_conversations_never_overlap_and_every_message_is_an
     org = make_org()
     agent = agent_snapshot(org, SESSION, policy=ConcurrencyPolicy.ENQUEUE)
     await producer.send(Topics.PUBLISHED, publish_record(org, agent))
-    await worker_factory()
+    worker = await worker_factory()
     conversations = [uuid.uuid4() for _ in range(200)]
     sent: dict[uuid.UUID, list] = defaultdict(list)
     async with Observer(topics) as observer, StandInRunner(topics) as runner:
@@ -127,6 +127,11 @@ async def test_bursts_of_200_conversations_never_overlap_and_every_message_is_an
         assert all(per_conversation[c] <= 5 for c in conversations), "enqueue: runs <= messages"
         assert sum(per_conversation.values()) < 1000, "bursts were coalesced"
         assert all(r.attempt == 1 for r in observer.run_requests), "no recovery needed"
+        # Its input's lag is exported like every other consumer's, and it is drained.
+        source = Topics.DISPATCH_REQUESTED.physical_name(topics)
+        lag = [line for line in (await worker.metrics()).splitlines() if line.startswith("switchboard_consumer_lag{")]
+        drained = [line for line in lag if f'topic="{source}"' in line and 'service="dispatcher"' in line]
+        assert drained and all(line.endswith(" 0.0") for line in drained), lag
         # Every dispatch has a recorded decision, and the sink stored them in PostgreSQL.
         decided = {d.dispatch_event_id for d in observer.decisions}
         assert decided >= {r.event_id for records in sent.values() for r in records}
