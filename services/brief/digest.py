@@ -23,6 +23,7 @@ from datetime import date
 from typing import Any
 
 from services.brief.catalog import DigestCatalog
+from switchboard.db.daily_brief import pinned_first
 
 OPEN_INSIGHT_STATUSES = frozenset({"new", "seen"})
 # One syllable ending consonant-vowel-consonant doubles its last letter before -ed.
@@ -314,11 +315,11 @@ def planets(
     for item in done_items:
         done_by_area[str(item["area"])] += int(item["count"])
     open_by_area: Counter[str] = Counter(str(item["area"]) for item in todo_items if "area" in item)
-    pinned = [a for a in dict.fromkeys(inputs.pinned_areas) if any(p.area == a for p in catalog.planets)]
-    order = {area: i for i, area in enumerate(pinned)}
-    listed = sorted(enumerate(catalog.planets), key=lambda ip: (order.get(ip[1].area, len(order)), ip[0]))
+    by_area = {planet.area: planet for planet in catalog.planets}
+    pinned = set(inputs.pinned_areas) & set(by_area)
     result = []
-    for _, planet in listed:
+    for area in pinned_first(list(by_area), inputs.pinned_areas):
+        planet = by_area[area]
         n_open, n_done = open_by_area[planet.area], done_by_area[planet.area]
         status = "attention" if n_open else "active" if n_done else "quiet"
         result.append(
@@ -328,15 +329,14 @@ def planets(
                 "status": status,
                 "done": n_done,
                 "open": n_open,
-                "pinned": planet.area in order,
+                "pinned": planet.area in pinned,
             }
         )
     return result
 
 
 def section_order(pinned: Sequence[str], catalog: DigestCatalog) -> list[str]:
-    known = [s for s in dict.fromkeys(pinned) if s in catalog.sections]
-    return [*known, *(s for s in catalog.sections if s not in known)]
+    return pinned_first(catalog.sections, pinned)
 
 
 def compose(inputs: DayInputs, catalog: DigestCatalog) -> dict[str, Any]:

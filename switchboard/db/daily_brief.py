@@ -4,13 +4,16 @@
 - A per (org, day) transaction lock: whoever rewrites a stored digest takes it first,
   so the brief's full recompute and a to-do refresh never overwrite each other.
 - The ``todo`` items of kind ``todo`` (the owner's own list), in one shape for both.
+- The layout: which sections and areas come first (``workspace_home_prefs``), applied the
+  same way when the brief composes a digest and when the owner changes the pins.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import func, select, text
@@ -20,6 +23,9 @@ from switchboard.db.models.autonomy import WorkspaceDailyBrief
 from switchboard.db.models.brief import TodoStatus, WorkspaceTodo
 from switchboard.db.models.tenancy import Organization
 
+# The digest's sections in their default order (services/brief/digest.yaml lists the same;
+# tests/unit/brief checks they agree).
+HOME_SECTIONS: Final = ("pulse", "done", "todo", "planets")
 TODO_KIND = "todo"
 TODO_DONE_PATH = "/api/v1/home/todos/{id}:done"
 _UTC = ZoneInfo("UTC")
@@ -87,13 +93,7 @@ def refresh_todos(session: Session, org_id: uuid.UUID, day: date) -> None:
     Without a stored digest nothing is written: the brief composes the day's digest,
     open items included, on its next event for the org.
     """
-    lock_day(session, org_id, day)
-    row = session.scalars(
-        select(WorkspaceDailyBrief)
-        .where(WorkspaceDailyBrief.org_id == org_id, WorkspaceDailyBrief.day == day)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    ).one_or_none()
+    row = _locked_digest(session, org_id, day)
     if row is None:
         return
     digest = dict(row.digest)
@@ -101,3 +101,47 @@ def refresh_todos(session: Session, org_id: uuid.UUID, day: date) -> None:
     digest["todo"] = others + open_todo_items(session, org_id)
     row.digest = digest
     session.flush()
+
+
+def pinned_first(default: Sequence[str], pinned: Sequence[str]) -> list[str]:
+    """``default`` with the known ``pinned`` names first, in the order they were pinned."""
+    known = [name for name in dict.fromkeys(pinned) if name in default]
+    return [*known, *(name for name in default if name not in known)]
+
+
+def refresh_layout(
+    session: Session,
+    org_id: uuid.UUID,
+    day: date,
+    *,
+    sections: Sequence[str],
+    areas: Sequence[str],
+    pinned_sections: Sequence[str],
+    pinned_areas: Sequence[str],
+) -> None:
+    """Re-order the stored digest of ``day`` for new pins (sections, then planets), if there is one.
+
+    ``sections`` and ``areas`` are the default orders; a digest not stored yet gets the pins
+    when the brief composes it."""
+    row = _locked_digest(session, org_id, day)
+    if row is None:
+        return
+    digest = dict(row.digest)
+    digest["sections"] = pinned_first(sections, pinned_sections)
+    planets = {str(planet["area"]): planet for planet in digest.get("planets", [])}
+    pinned = set(pinned_areas) & set(planets)
+    order = pinned_first([*areas, *(a for a in planets if a not in areas)], pinned_areas)
+    digest["planets"] = [{**planets[area], "pinned": area in pinned} for area in order if area in planets]
+    row.digest = digest
+    session.flush()
+
+
+def _locked_digest(session: Session, org_id: uuid.UUID, day: date) -> WorkspaceDailyBrief | None:
+    """The stored digest of ``day`` under the day lock (None when the brief has not composed it)."""
+    lock_day(session, org_id, day)
+    return session.scalars(
+        select(WorkspaceDailyBrief)
+        .where(WorkspaceDailyBrief.org_id == org_id, WorkspaceDailyBrief.day == day)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one_or_none()

@@ -16,7 +16,14 @@ from services.api.core.errors import Forbidden, NotFound, Unauthorized, Validati
 from services.api.core.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor
 from services.api.core.responses import Envelope, Page
 from services.api.home import repository, service
-from services.api.home.schemas import BudgetIncidentView, DailyBriefView, TodoCreate, TodoView, UsageView
+from services.api.home.schemas import (
+    BudgetIncidentView,
+    DailyBriefView,
+    HomePrefs,
+    TodoCreate,
+    TodoView,
+    UsageView,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["home"])
 
@@ -33,6 +40,19 @@ async def get_daily_brief(
     """The digest as the brief stored it (one row read); 404 until the brief wrote that day."""
     view = await ctx.session.run_sync(lambda s: service.daily_brief(s, ctx.org_id, day))
     return Envelope(data=view)
+
+
+@router.get("/home/prefs", response_model=Envelope[HomePrefs], responses=_ERRORS)
+async def get_home_prefs(ctx: Viewer) -> Envelope[HomePrefs]:
+    """The sections and areas the org's Home shows first."""
+    return Envelope(data=await ctx.session.run_sync(lambda s: service.home_prefs(s, ctx.org_id)))
+
+
+@router.put("/home/prefs", response_model=Envelope[HomePrefs], responses=_ERRORS)
+async def put_home_prefs(ctx: Manager, body: Annotated[HomePrefs, Body()]) -> Envelope[HomePrefs]:
+    """Pin sections and areas (replaces the pins; today's digest is re-ordered at once);
+    ``422 home_prefs_invalid`` for an unknown section or area."""
+    return Envelope(data=await ctx.session.run_sync(lambda s: service.set_home_prefs(s, ctx.org_id, body)))
 
 
 @router.post("/home/todos", response_model=Envelope[TodoView], status_code=status.HTTP_201_CREATED, responses=_ERRORS)

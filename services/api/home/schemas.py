@@ -26,6 +26,15 @@ class TodoCreate(BaseModel):
     conversation_id: uuid.UUID | None = None
 
 
+class HomePrefs(BaseModel):
+    """Which digest sections and business areas the Home shows first, in this order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pinned_sections: list[str] = Field(default_factory=list, max_length=10, description="of pulse, done, todo, planets")
+    pinned_areas: list[str] = Field(default_factory=list, max_length=50, description="area slugs (GET /autonomy)")
+
+
 class TodoView(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 

@@ -9,6 +9,8 @@ import re
 import uuid
 from datetime import date
 
+from sqlalchemy import func
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from services.api.core.errors import NotFound, ValidationFailed
@@ -16,15 +18,24 @@ from services.api.home import repository
 from services.api.home.schemas import (
     AgentUsage,
     DailyBriefView,
+    HomePrefs,
     TodoCreate,
     TodoView,
     UsageFigures,
     UsageView,
 )
-from switchboard.db.daily_brief import org_today
+from switchboard.areas import area_slugs
+from switchboard.db.daily_brief import HOME_SECTIONS, org_today, refresh_layout
+from switchboard.db.models.autonomy import WorkspaceHomePrefs
 from switchboard.db.models.brief import TodoSource
 from switchboard.db.todos import add_todo, mark_todo_done
 from switchboard.db.usage import month_start
+
+
+class UnknownPin(ValidationFailed):
+    code = "home_prefs_invalid"
+    default_message = "pinned_sections must be digest sections and pinned_areas known areas"
+
 
 _MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
@@ -77,3 +88,38 @@ def usage(session: Session, org_id: uuid.UUID, month: date) -> UsageView:
         for agent_id, row, name in repository.agent_usage(session, org_id, month)
     ]
     return UsageView(month=f"{month:%Y-%m}", organization=figures, agents=agents)
+
+
+def home_prefs(session: Session, org_id: uuid.UUID) -> HomePrefs:
+    row = session.get(WorkspaceHomePrefs, org_id)
+    return HomePrefs() if row is None else HomePrefs(pinned_sections=row.pinned_sections, pinned_areas=row.pinned_areas)
+
+
+def set_home_prefs(session: Session, org_id: uuid.UUID, body: HomePrefs) -> HomePrefs:
+    """Store the pins (duplicates dropped) and re-order today's stored digest at once; later
+    digests are composed with them."""
+    sections, areas = list(dict.fromkeys(body.pinned_sections)), list(dict.fromkeys(body.pinned_areas))
+    if not set(sections) <= set(HOME_SECTIONS) or not set(areas) <= set(area_slugs()):
+        raise UnknownPin(
+            details={
+                "sections": sorted(set(sections) - set(HOME_SECTIONS)),
+                "areas": sorted(set(areas) - set(area_slugs())),
+            }
+        )
+    stmt = insert(WorkspaceHomePrefs).values(org_id=org_id, pinned_sections=sections, pinned_areas=areas)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[WorkspaceHomePrefs.org_id],
+            set_={"pinned_sections": sections, "pinned_areas": areas, "updated_at": func.now()},
+        )
+    )
+    refresh_layout(
+        session,
+        org_id,
+        org_today(session, org_id),
+        sections=HOME_SECTIONS,
+        areas=area_slugs(),
+        pinned_sections=sections,
+        pinned_areas=areas,
+    )
+    return HomePrefs(pinned_sections=sections, pinned_areas=areas)

@@ -83,6 +83,8 @@ POLICY: dict[tuple[str, str], Need] = {
     ("POST", "/api/v1/insights/{insight_id}:seen"): "manager",
     ("GET", "/api/v1/budget-policies"): "manager",
     ("GET", "/api/v1/organization"): "viewer",
+    ("GET", "/api/v1/home/prefs"): "viewer",
+    ("PUT", "/api/v1/home/prefs"): "manager",
     ("GET", "/api/v1/members"): "manager",
     ("POST", "/api/v1/members"): "admin_mfa",
     ("PATCH", "/api/v1/members/{user_id}"): "admin_mfa",

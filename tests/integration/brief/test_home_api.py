@@ -10,7 +10,8 @@ from datetime import date, datetime, timedelta
 import httpx
 import pytest
 
-from switchboard.db.daily_brief import org_today
+from switchboard.areas import area_slugs
+from switchboard.db.daily_brief import HOME_SECTIONS, org_today
 from switchboard.db.enums import Role
 from switchboard.db.models.autonomy import WorkspaceDailyBrief
 from switchboard.db.models.budgets import BudgetIncident
@@ -138,3 +139,37 @@ async def test_budget_incidents_newest_first_in_pages(client: httpx.AsyncClient,
         "/api/v1/budget-incidents", params={"limit": 2, "cursor": first.json()["next_cursor"]}, headers=_viewer(scene)
     )
     assert [i["id"] for i in rest.json()["data"]] == [ids[0]] and rest.json()["next_cursor"] is None
+
+
+async def test_pins_reorder_todays_digest_at_once_and_unknown_ones_are_refused(
+    client: httpx.AsyncClient, scene: Scene
+) -> None:
+    planets = [{"area": a, "label": a, "status": "quiet", "done": 0, "open": 0, "pinned": False} for a in area_slugs()]
+    digest = {"sections": list(HOME_SECTIONS), "pulse": {}, "done": [], "todo": [], "planets": planets}
+    with tenant_session(scene.org) as session:
+        today = org_today(session, scene.org_id)
+        session.add(WorkspaceDailyBrief(org_id=scene.org_id, day=today, digest=digest))
+    assert (await client.get("/api/v1/home/prefs", headers=_viewer(scene))).json()["data"] == {
+        "pinned_sections": [],
+        "pinned_areas": [],
+    }
+    manager = scene.org.headers(Role.MANAGER)
+    body = {"pinned_sections": ["todo", "todo"], "pinned_areas": ["sales", "crm"]}
+    assert (await client.put("/api/v1/home/prefs", json=body, headers=_viewer(scene))).status_code == 403
+    saved = await client.put("/api/v1/home/prefs", json=body, headers=manager)
+    assert saved.status_code == 200, saved.text
+    assert saved.json()["data"] == {"pinned_sections": ["todo"], "pinned_areas": ["sales", "crm"]}
+
+    stored = (await client.get("/api/v1/home/daily-brief", headers=_viewer(scene))).json()["data"]["digest"]
+    assert stored["sections"] == ["todo", "pulse", "done", "planets"]
+    order = [p["area"] for p in stored["planets"]]
+    assert order[:2] == ["sales", "crm"] and sorted(order) == sorted(area_slugs())
+    assert [p["area"] for p in stored["planets"] if p["pinned"]] == ["sales", "crm"]
+
+    refused = await client.put("/api/v1/home/prefs", json={"pinned_areas": ["mars"]}, headers=manager)
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "home_prefs_invalid"
+    assert refused.json()["error"]["details"]["areas"] == ["mars"]
+    assert (await client.get("/api/v1/home/prefs", headers=_viewer(scene))).json()["data"]["pinned_areas"] == [
+        "sales",
+        "crm",
+    ], "a refused change changes nothing"

@@ -18,6 +18,8 @@ from services.brief.digest import (
     done_phrase,
     section_order,
 )
+from switchboard.areas import area_slugs
+from switchboard.db.daily_brief import HOME_SECTIONS, pinned_first
 
 CATALOG = load_catalog()
 DAY = date(2026, 11, 30)
@@ -174,3 +176,15 @@ def test_counted_totals_and_only_the_runs_with_actions_give_the_same_document() 
     loaded = compose(DayInputs(day=DAY, time_zone="UTC", runs=busy, totals=counted), CATALOG)
     assert loaded == every
     assert loaded["pulse"]["runs"] == 12 and loaded["pulse"]["replies"] == 6
+
+
+def test_the_shared_layout_defaults_are_the_digest_catalogs() -> None:
+    """The API re-orders a stored digest with ``HOME_SECTIONS`` and the areas catalog; the brief
+    composes with digest.yaml: they must list the same sections and areas in the same order."""
+    catalog = load_catalog()
+    assert tuple(catalog.sections) == HOME_SECTIONS
+    assert tuple(p.area for p in catalog.planets) == area_slugs()
+
+
+def test_pinned_names_come_first_in_pin_order_and_unknown_ones_are_ignored() -> None:
+    assert pinned_first(["a", "b", "c", "d"], ["c", "x", "a", "c"]) == ["c", "a", "b", "d"]
