@@ -6,12 +6,13 @@
   Any other run (dry, handoff, failed, aborted) sends nothing; its queued intents are
   marked failed so nothing lingers as "pending".
 - ``handoff_triggered`` (not dry): assign the conversation to humans and notify the org's
-  outgoing webhook.
+  outgoing webhook (in the background: ``notifications.py``).
 - ``insights`` whose key starts with ``budget_incident:``: notify the org's webhook once per key.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 from services.notifier.channels import ChannelError, ChannelRegistry, Destination, SendResult
 from services.notifier.channels.webhook import WebhookChannel
 from services.notifier.metrics import MESSAGES_DELIVERED, NOTIFICATIONS, SEND_ATTEMPTS
+from services.notifier.notifications import NotificationQueue
 from services.notifier.retries import Retry, RetryQueue
 from services.notifier.retry import Outcome, RetryPolicy, send_with_retry
 from services.notifier.store import Claimed, Notification, NotifierStore
@@ -57,6 +59,8 @@ class NotifierHandlers:
         self._policy = policy
         self._hooks = hooks or Hooks()
         self.retries = RetryQueue(policy, self._record_retried)
+        # Org webhook notifications are sent in the background (notifications.py).
+        self.notifications = NotificationQueue(self._notify)
 
     async def handle(self, inbound: Inbound) -> None:
         """The consumer's handler: route by record type."""
@@ -129,8 +133,17 @@ class NotifierHandlers:
         ).inc()
 
     async def close(self, grace_s: float) -> None:
-        """At a stop: pending retries get ``grace_s``, the rest are recorded ``unknown``."""
-        await self.retries.close(grace_s, self._record_interrupted)
+        """At a stop: pending retries get ``grace_s``, the rest are recorded ``unknown``; notifications
+        in flight get the same grace, the rest stay ``pending`` for the sweep."""
+        await asyncio.gather(self.retries.close(grace_s, self._record_interrupted), self.notifications.close(grace_s))
+
+    async def resend_stale_notifications(self, older_than_s: float) -> int:
+        """The sweep: notifications left ``pending`` (a notifier crashed mid-send) are sent again."""
+        submitted = 0
+        for org_id, notification in await self._store.stale_notifications(older_than_s):
+            if notification.id not in self.notifications.in_flight:
+                submitted += self.notifications.submit(org_id, notification)
+        return submitted
 
     async def _record(
         self, org_id: uuid.UUID, run_id: uuid.UUID, claimed: Claimed, outcome: Outcome, where: dict[str, str]
@@ -201,7 +214,7 @@ class NotifierHandlers:
             extra={"conversation_id": str(handoff.conversation_id), "run_id": str(handoff.run_id)},
         )
         if notification is not None:
-            await self._notify(handoff.org_id, notification)
+            self.notifications.submit(handoff.org_id, notification)
 
     async def on_insight(self, insight: Insight) -> None:
         if (
@@ -225,7 +238,7 @@ class NotifierHandlers:
             insight.org_id, f"insight:{insight.insight_key}", "budget.incident", payload
         )
         if notification is not None:
-            await self._notify(insight.org_id, notification)
+            self.notifications.submit(insight.org_id, notification)
 
     async def _notify(self, org_id: uuid.UUID, notification: Notification) -> None:
         """POST the signed event to the org's webhook; at least once per notification row."""

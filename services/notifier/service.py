@@ -87,7 +87,7 @@ class Notifier:
         )
         self.handlers = handlers
         consumer_task = asyncio.create_task(self._consumer.run(stop), name="notifier-consumer")
-        sweep_task = asyncio.create_task(self._sweep(store, stop), name="notifier-sweep")
+        sweep_task = asyncio.create_task(self._sweep(store, handlers, stop), name="notifier-sweep")
         log.info("notifier delivering", extra={"group_id": settings.group_id, "waha_base_url": settings.waha_base_url})
         try:
             await stop.wait()
@@ -105,13 +105,17 @@ class Notifier:
             await producer.stop()
             await engine.dispose()
 
-    async def _sweep(self, store: NotifierStore, stop: asyncio.Event) -> None:
-        """Claims left ``sending`` by a notifier that stopped mid-retry become ``unknown`` (retries.py)."""
+    async def _sweep(self, store: NotifierStore, handlers: NotifierHandlers, stop: asyncio.Event) -> None:
+        """Claims left ``sending`` by a notifier that stopped mid-retry become ``unknown`` (retries.py);
+        notifications it left ``pending`` are sent again (notifications.py)."""
         while not stop.is_set():
             try:
                 expired = await store.expire_stale_claims(self.settings.stale_claim_s)
                 if expired:
                     log.warning("stale delivery claims marked unknown", extra={"count": expired})
+                resent = await handlers.resend_stale_notifications(self.settings.stale_claim_s)
+                if resent:
+                    log.warning("pending notifications sent again", extra={"count": resent})
             except Exception as exc:  # the database away: the next sweep tries again
                 log.warning("delivery claim sweep failed", extra={"error": type(exc).__name__})
             with contextlib.suppress(TimeoutError):

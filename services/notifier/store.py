@@ -446,6 +446,23 @@ class NotifierStore:
         secret = self._keyring.open(sealed, aad=org_webhook_aad(org_id, row.id)).decode()
         return Destination(base_url=row.url, session="", chat_id="", secret=secret)
 
+    async def stale_notifications(self, older_than_s: float, limit: int = 100) -> list[tuple[uuid.UUID, Notification]]:
+        """Notifications still ``pending`` after ``older_than_s`` (``list_pending_notifications``)."""
+        async with self._sessions() as session:
+            found = (
+                await session.execute(
+                    text("SELECT org_id, notification_id FROM list_pending_notifications(:s, :l)"),
+                    {"s": int(older_than_s), "l": limit},
+                )
+            ).all()
+        stale: list[tuple[uuid.UUID, Notification]] = []
+        for org_id, notification_id in found:
+            async with self._sessions() as session, async_tenant_transaction(session, org_id):
+                row = await session.get(OrgNotification, notification_id)
+            if row is not None and row.status == NotificationState.PENDING.value:
+                stale.append((org_id, Notification(row.id, row.event_id, row.event_type, dict(row.payload))))
+        return stale
+
     async def finish_notification(
         self,
         org_id: uuid.UUID,

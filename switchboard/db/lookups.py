@@ -37,6 +37,8 @@ LOOKUP_FUNCTIONS: tuple[str, ...] = (
     "expire_stale_deliveries",
     # The brief's morning digests (revision 0021).
     "list_orgs_missing_digest",
+    # The notifier's sweep of notifications a crashed notifier left pending (revision 0022).
+    "list_pending_notifications",
 )
 
 

@@ -58,6 +58,7 @@ LOOKUP_TABLES: Final[frozenset[str]] = frozenset(
         "run_deliveries",  # expire_stale_deliveries: which orgs have claims left sending
         "analysis_claims",  # list_due_analyses: which org-local days are claimed (docs/analysis.md)
         "workspace_daily_briefs",  # list_orgs_missing_digest: whose local day has no digest yet (docs/brief.md)
+        "org_notifications",  # list_pending_notifications: what a crashed notifier left unsent (docs/notifier.md)
     }
 )
 

@@ -104,6 +104,8 @@ class OrgNotification(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         UniqueConstraint("org_id", "dedupe_key"),
         CheckConstraint("attempts >= 0", name="attempts_non_negative"),
         Index(None, "org_id", "created_at"),
+        # The notifier's sweep of rows a crashed notifier left pending (revision 0022).
+        Index("ix_org_notifications_pending_updated_at", "updated_at", postgresql_where=text("status = 'pending'")),
     )
 
     dedupe_key: Mapped[str]
