@@ -16,15 +16,23 @@ from services.runner.outcome import LoopOutcome, OutcomeKind
 from services.runner.subject import RunSubject
 from switchboard.slash_commands import ParseError, parse
 
+# Commands anyone in the chat may write (handled at ingest); the others are the business's.
+_ANYONE_CODES = ("slash_todo_",)
+
 
 def malformed_command_reply(subject: RunSubject) -> LoopOutcome | None:
-    """The run's outcome when its inbound text is a malformed known command; None otherwise."""
+    """The run's outcome when its inbound text is a malformed known command; None otherwise.
+
+    A customer's malformed ``/goal`` is plain text (customers cannot command the agent:
+    ``RunSubject.command_text``); a malformed ``/todo`` — which anyone may write — is answered."""
     text = subject.inbound_text
     if not text.lstrip().startswith("/"):
         return None
     try:
         parse(text, skills=subject.version.skills)
     except ParseError as exc:
+        if subject.command_text is None and not exc.code.startswith(_ANYONE_CODES):
+            return None
         return LoopOutcome(
             OutcomeKind.ANSWERED,
             final_text=exc.message,

@@ -99,3 +99,16 @@ class RunSubject:
     def inbound_text(self) -> str:
         """The customer messages this run answers, oldest first."""
         return "\n".join(m.text for m in self.request.messages if m.text)
+
+    @property
+    def command_text(self) -> str | None:
+        """The text slash commands are read from, or None when this run's messages may not command.
+
+        Commands (``/plan``, ``/goal`` with its budget, ``/loop``, ``/skill:``) are the business's:
+        the owner writing from the business phone (``from_me``) or testing a version (a dry run).
+        A customer's ``/goal --budget 500`` is plain text to the agent — a customer must not
+        start billed autonomous work or switch the conversation's mode (docs/agent-context.md)."""
+        messages = self.request.messages
+        if self.request.dry_run or (messages and all(m.from_me for m in messages)):
+            return self.inbound_text
+        return None

@@ -165,9 +165,9 @@ class TurnPlanner:
 
     @staticmethod
     def _command(subject: RunSubject) -> SlashCommand | None:
-        text = subject.inbound_text
-        if not text.lstrip().startswith("/"):
-            return None
+        text = subject.command_text
+        if text is None or not text.lstrip().startswith("/"):
+            return None  # no command, or a customer's text that only looks like one
         try:
             return parse(text, skills=subject.version.skills)
         except ParseError:

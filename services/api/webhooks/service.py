@@ -53,6 +53,7 @@ from switchboard.db.enums import (
 from switchboard.db.lookups import ChannelSessionRoute
 from switchboard.db.outbox import enqueue_record
 from switchboard.observability.logging import get_logger
+from switchboard.slash_commands import CommandName, ParseError, parse
 
 log = get_logger(__name__)
 
@@ -64,6 +65,7 @@ DISPATCH_EVENT_NAMESPACE = uuid.UUID("6f1c3f52-0d55-4f3e-9a52-1f0c2f8d7a10")
 _PHONE_CHAT = re.compile(r"^([1-9][0-9]{6,14})@(?:c\.us|s\.whatsapp\.net)$")
 # Status updates and channels: not conversations anyone answers.
 _BROADCAST_SUFFIXES = ("@broadcast", "@newsletter")
+_RUN_COMMANDS = frozenset({CommandName.PLAN, CommandName.GOAL, CommandName.LOOP, CommandName.SKILL})
 _WAHA_STATUSES = {
     "STARTING": ChannelSessionStatus.STARTING,
     "SCAN_QR_CODE": ChannelSessionStatus.SCAN_QR,
@@ -158,6 +160,22 @@ def record_session_status(session: Session, *, route: ChannelSessionRoute, event
     return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="session_status")
 
 
+def _is_run_command(text: str | None) -> bool:
+    """An operator command the runner acts on (``/plan``, ``/goal``, ``/loop``, ``/skill:``), well formed.
+
+    The owner writing one from the business phone is dispatched like a customer's message: it
+    is how the business starts autonomous work in a conversation. Any other own message is only
+    stored (the business answered the customer itself); a malformed command too, since its
+    error would be sent to the customer's chat."""
+    if not text or not text.lstrip().startswith("/"):
+        return False
+    try:
+        command = parse(text)
+    except ParseError:
+        return False
+    return command is not None and command.name in _RUN_COMMANDS
+
+
 def _occurred_at(timestamp: float | None) -> datetime:
     """WAHA message timestamps are seconds; milliseconds are accepted; nonsense means now."""
     if timestamp is not None:
@@ -249,7 +267,7 @@ def ingest_message(
         return WebhookResult(message_id=existing, dispatched=False, duplicate=True, reason="duplicate")
 
     reason = None
-    if from_me:
+    if from_me and not (not is_group and _is_run_command(message.body)):
         reason = "from_me"
     elif is_group:
         reason = "group"
@@ -274,7 +292,7 @@ def ingest_message(
             chat_id=chat_id,
             text=message.body or "",
             received_at=occurred_at,
-            from_me=False,
+            from_me=from_me,
             is_group=False,
         ),
         dry_run=False,

@@ -17,7 +17,7 @@ from switchboard.db.models import AiAgentVersion
 from switchboard.db.models.memory import STATE_NOTE_TOOL
 from switchboard.db.session import tenant_transaction
 from switchboard.settings import KafkaSettings
-from tests.integration.runner.harness import create_agent, harness, inbound, run_request
+from tests.integration.runner.harness import command, create_agent, harness, run_request
 from tests.support.agents import audit_actions, error_body, make_channel, version_body
 from tests.support.agents import create_agent as create_api_agent
 from tests.support.api import OrgHandle
@@ -108,7 +108,7 @@ async def test_a_skill_written_through_the_api_is_the_directive_of_a_skill_run(
 
         rh.fake.script([Reply(text="450 EUR")])
         before = len(rh.fake.received)
-        row = await rh.run(run_request(agent, [inbound(rh.db, agent, "/skill:pricing how much is the sofa?")]))
+        row = await rh.run(run_request(agent, [command(rh.db, agent, "/skill:pricing how much is the sofa?")]))
         assert row.final_text == "450 EUR"
         sent = json.dumps(rh.fake.received[before].body)
         assert BODY in sent and "how much is the sofa?" in sent

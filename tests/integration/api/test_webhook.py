@@ -264,6 +264,35 @@ async def test_group_and_own_messages_are_stored_but_not_dispatched(
     assert dispatch_rows(session, own_message.conversation_id) == []
 
 
+async def test_the_owner_commands_the_agent_from_the_business_phone(
+    client: httpx.AsyncClient, org: OrgHandle, api_settings: ApiSettings, db: Callable[[uuid.UUID], Session]
+) -> None:
+    """A well-formed ``/goal`` (``/plan``, ``/loop``, ``/skill:``) the owner writes in a customer's chat is
+    dispatched, marked ``from_me`` (the runner acts on commands only then); a malformed one is only
+    stored — its error would go to the customer."""
+    channel = await connect_channel(client, org)
+    chat = "5511944443333@c.us"
+    opening = message_event(channel, chat=chat, body="Oi")  # the customer opened the conversation
+    assert (await deliver(client, encode(opening), channel.secret)).json()["data"]["dispatched"] is True
+    goal = message_event(channel, chat=chat, from_me=True, body="/goal win this customer back --budget 2")
+    bad = message_event(channel, chat=chat, from_me=True, body="/goal win --budget abc")
+    goal_response = await deliver(client, encode(goal), channel.secret)
+    bad_response = await deliver(client, encode(bad), channel.secret)
+    assert goal_response.json()["data"]["dispatched"] is True, goal_response.text
+    assert (bad_response.json()["data"]["dispatched"], bad_response.json()["data"]["reason"]) == (False, "from_me")
+
+    session = db(org.org_id)
+    (stored,) = messages(session, channel, goal["payload"]["id"])
+    assert stored.from_me and stored.sender == "human"
+    rows = dispatch_rows(session, stored.conversation_id)
+    serde = Serde.from_settings(api_settings.kafka)
+    records = [serde.decode(Topics.DISPATCH_REQUESTED, row.payload) for row in rows]
+    assert [(r.message.text, r.message.from_me) for r in records] == [  # type: ignore[attr-defined]
+        ("Oi", False),
+        ("/goal win this customer back --budget 2", True),
+    ]
+
+
 async def test_conversation_with_the_humans_is_stored_but_not_dispatched(
     client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
 ) -> None:

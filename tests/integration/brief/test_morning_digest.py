@@ -77,9 +77,10 @@ async def test_what_still_waits_from_the_days_before_is_on_todays_todo(
     expected = {str(proposal.action_id), str(waiting_in_run.action_id), "crm:cold-leads"}
 
     serde = Serde.from_settings(topics)
-    async with running_brief(stack.database_url, topics, group_id), RecordProducer(
-        topics, service="test", serde=serde
-    ) as producer:
+    async with (
+        running_brief(stack.database_url, topics, group_id),
+        RecordProducer(topics, service="test", serde=serde) as producer,
+    ):
         for record in records:
             await producer.send(Topics.INSIGHTS, record)
         await producer.send(Topics.RUN_COMPLETED, run)

@@ -223,6 +223,33 @@ def inbound(engine: Engine, agent: Agent, body: str, *, direction: str = "inboun
         )
 
 
+def command(engine: Engine, agent: Agent, body: str) -> InboundMessage:
+    """The business writing ``body`` from its own phone (``from_me``): how an operator commands the agent."""
+    now = datetime.now(UTC)
+    with Session(engine) as session, tenant_transaction(session, agent.org_id):
+        message = Message(
+            org_id=agent.org_id,
+            conversation_id=agent.conversation_id,
+            channel_session_id=agent.channel_session_id,
+            direction="outbound",
+            sender="human",
+            from_me=True,
+            external_id=f"wamid.{uuid.uuid4().hex}",
+            body=body,
+            occurred_at=now,
+        )
+        session.add(message)
+        session.flush()
+        return InboundMessage(
+            message_id=message.id,
+            external_id=message.external_id or "",
+            chat_id=agent.chat_id,
+            text=body,
+            received_at=now,
+            from_me=True,
+        )
+
+
 def run_request(
     agent: Agent,
     messages: Sequence[InboundMessage],

@@ -27,7 +27,7 @@ from switchboard.db.models import AiAgentRun, AiAgentVersion, Message, OutboxEve
 from switchboard.db.models.slash import AgentSkill, ConversationGoal
 from switchboard.db.session import tenant_transaction
 from switchboard.tool_catalog import SEARCH_CONTACTS, SEND_WHATSAPP_MESSAGE
-from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, inbound, run_request
+from tests.integration.runner.harness import Agent, RunnerHarness, command, create_agent, inbound, run_request
 from tests.support.fake_llm import Received, Reply, tool
 
 pytestmark = pytest.mark.integration
@@ -132,7 +132,7 @@ async def test_plan_mode_read_only_tools_submit_plan_empty_without_a_plan_and_pl
     plan = "1. Find the customer's last order\n2. Offer the blue sofa at list price"
     rh.fake.script([tool(SUBMIT_PLAN, {"plan": plan})])
     before = len(rh.fake.received)
-    first = await rh.run(run_request(agent, [inbound(rh.db, agent, "/plan win back the customer")]))
+    first = await rh.run(run_request(agent, [command(rh.db, agent, "/plan win back the customer")]))
 
     request = rh.fake.received[before]
     assert _tools(request) == {SEARCH_CONTACTS, SUBMIT_PLAN}  # read-only plus submit_plan
@@ -154,7 +154,7 @@ async def test_plan_mode_read_only_tools_submit_plan_empty_without_a_plan_and_pl
 
     # /plan off: a clear reply without a model call, and the next turn has every granted tool again.
     before = len(rh.fake.received)
-    off = await rh.run(run_request(agent, [inbound(rh.db, agent, "/plan off")]))
+    off = await rh.run(run_request(agent, [command(rh.db, agent, "/plan off")]))
     assert len(rh.fake.received) == before and off.final_text and "Plan mode is off" in off.final_text
     assert rh.scalar(agent.org_id, "SELECT count(*) FROM conversation_modes") == 0
     rh.fake.script([Reply(text="Hi!")])
@@ -197,7 +197,7 @@ async def test_goal_runs_in_segments_and_never_exceeds_its_budget(rh: RunnerHarn
     rh.fake.script(_honest_worker)
     budget = 80_000  # --budget 0.08, in micro-USD ($1 in / $5 out per million tokens)
     before = len(rh.fake.received)
-    runs = [await rh.run(run_request(agent, [inbound(rh.db, agent, "/goal answer every lead --budget 0.08")]))]
+    runs = [await rh.run(run_request(agent, [command(rh.db, agent, "/goal answer every lead --budget 0.08")]))]
     first_request = rh.fake.received[before]
     assert "answer every lead" in _user_texts(first_request) and "/goal" not in _user_texts(first_request)
     assert GOAL_COMPLETE in _tools(first_request)
@@ -237,7 +237,7 @@ async def test_goal_runs_in_segments_and_never_exceeds_its_budget(rh: RunnerHarn
 async def test_goal_complete_ends_the_goal_and_a_new_message_is_a_normal_turn(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS])
     rh.fake.script([tool(GOAL_COMPLETE, {"report": "All 3 leads answered."})])
-    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "/loop")]))
+    row = await rh.run(run_request(agent, [command(rh.db, agent, "/loop")]))
     assert row.final_text == "All 3 leads answered." and row.status == "completed"
     assert rh.scalar(agent.org_id, "SELECT status FROM conversation_goals") == "done"
     assert rh.scalar(agent.org_id, "SELECT kind FROM conversation_goals") == "loop"
@@ -247,10 +247,10 @@ async def test_goal_complete_ends_the_goal_and_a_new_message_is_a_normal_turn(rh
 async def test_goal_stop_ends_the_autonomous_work_without_a_model_call(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS])
     rh.fake.script([Reply(text="Progress: started.")])
-    await rh.run(run_request(agent, [inbound(rh.db, agent, "/goal answer every lead")]))
+    await rh.run(run_request(agent, [command(rh.db, agent, "/goal answer every lead")]))
     (wake,) = _outbox(rh, agent, Topics.DISPATCH_REQUESTED)
     before = len(rh.fake.received)
-    stop = await rh.run(run_request(agent, [inbound(rh.db, agent, "/goal stop")]))
+    stop = await rh.run(run_request(agent, [command(rh.db, agent, "/goal stop")]))
     assert len(rh.fake.received) == before and stop.final_text == "Stopped the autonomous work."
     assert rh.scalar(agent.org_id, "SELECT status FROM conversation_goals") == "stopped"
     # The wake already queued for the next segment finds no active goal: a plain turn, no new segment.
@@ -275,14 +275,14 @@ async def test_skill_body_is_the_directive_and_an_unknown_skill_gets_a_clear_rep
         _grant_skill(rh, agent, "pricing", "Always quote the list price: the blue sofa is 450 EUR.")
         rh.fake.script([Reply(text="450 EUR")])
         before = len(rh.fake.received)
-        row = await rh.run(run_request(agent, [inbound(rh.db, agent, body)]))
+        row = await rh.run(run_request(agent, [command(rh.db, agent, body)]))
         assert row.final_text == "450 EUR"
         assert _layers(row)["Directive"] == "Skill pricing:\nAlways quote the list price: the blue sofa is 450 EUR."
         sent = _user_texts(rh.fake.received[before])
         assert "how much is the sofa?" in sent and "pricing how much" not in sent
 
     before = len(rh.fake.received)
-    unknown = await rh.run(run_request(agent, [inbound(rh.db, agent, "/skill:shipping where is it?")]))
+    unknown = await rh.run(run_request(agent, [command(rh.db, agent, "/skill:shipping where is it?")]))
     assert len(rh.fake.received) == before  # no model call
     assert unknown.final_text and "Unknown skill 'shipping'" in unknown.final_text
     assert "/skill:pricing" in unknown.final_text and unknown.would_send_to is not None

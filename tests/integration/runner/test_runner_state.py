@@ -13,7 +13,7 @@ from services.runner.plan import SUBMIT_PLAN
 from services.runner.state import LABEL
 from switchboard.db.models.memory import STATE_NOTE_TOOL
 from switchboard.tool_catalog import SEARCH_CONTACTS
-from tests.integration.runner.harness import RunnerHarness, create_agent, inbound, run_request
+from tests.integration.runner.harness import RunnerHarness, command, create_agent, inbound, run_request
 from tests.support.fake_llm import Received, Reply, tool
 
 pytestmark = pytest.mark.integration
@@ -96,6 +96,6 @@ async def test_without_the_grant_there_is_no_state_tool(rh: RunnerHarness) -> No
 async def test_plan_mode_does_not_offer_the_state_tool(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS, STATE_NOTE_TOOL])
     rh.fake.script([tool(SUBMIT_PLAN, {"plan": "1. Ask the address."})])
-    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "/plan win back the customer")]))
+    row = await rh.run(run_request(agent, [command(rh.db, agent, "/plan win back the customer")]))
     assert row.prompt is not None and SUBMIT_PLAN in row.prompt["tools"]
     assert STATE_NOTE_TOOL not in row.prompt["tools"]
