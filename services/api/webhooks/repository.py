@@ -94,12 +94,18 @@ class Ingested:
 _INGEST = text(
     """
 WITH contact_found AS (
-    SELECT c.id FROM contacts AS c WHERE c.org_id = :org_id AND c.external_id = :contact_chat
+    SELECT c.id, c.display_name FROM contacts AS c WHERE c.org_id = :org_id AND c.external_id = :contact_chat
 ), contact_new AS (
-    INSERT INTO contacts (org_id, external_id, phone_number)
-    SELECT :org_id, :contact_chat, :phone_number
+    INSERT INTO contacts (org_id, external_id, phone_number, display_name)
+    SELECT :org_id, :contact_chat, :phone_number, :contact_name
     WHERE :contact_chat IS NOT NULL AND NOT EXISTS (SELECT 1 FROM contact_found)
     ON CONFLICT (org_id, external_id) DO UPDATE SET updated_at = contacts.updated_at
+    RETURNING id
+), contact_named AS (
+    -- The customer's WhatsApp name fills a contact that has none; a name already there stays.
+    UPDATE contacts SET display_name = :contact_name, updated_at = now()
+    WHERE :contact_name IS NOT NULL
+      AND id = (SELECT id FROM contact_found WHERE display_name IS NULL)
     RETURNING id
 ), contact AS (
     SELECT id FROM contact_found UNION ALL SELECT id FROM contact_new
@@ -131,6 +137,7 @@ FROM conversation
     bindparam("message_id", type_=PG_UUID(as_uuid=True)),
     bindparam("contact_chat", type_=Text()),
     bindparam("phone_number", type_=Text()),
+    bindparam("contact_name", type_=Text()),
     bindparam("is_group", type_=Boolean()),
     bindparam("reopen", type_=Boolean()),
     bindparam("from_me", type_=Boolean()),
@@ -148,6 +155,7 @@ def ingest(
     is_group: bool,
     phone_number: str | None,
     reopen: bool,
+    contact_name: str | None = None,
     direction: str,
     sender: str,
     external_id: str,
@@ -168,6 +176,7 @@ def ingest(
             "chat_id": chat_id,
             "contact_chat": None if is_group else chat_id,
             "phone_number": phone_number,
+            "contact_name": contact_name,
             "is_group": is_group,
             "reopen": reopen,
             "direction": direction,

@@ -44,6 +44,18 @@ class WahaMessage(BaseModel):
     participant: str | None = Field(default=None, max_length=200, description="Sender inside a group chat")
     has_media: bool = Field(default=False, alias="hasMedia")
     media: dict[str, Any] | None = None
+    # The engine's raw message: WEBJS puts the sender's WhatsApp name in ``notifyName``, NOWEB in ``pushName``.
+    engine_data: dict[str, Any] | None = Field(default=None, alias="_data")
+
+    @property
+    def sender_name(self) -> str | None:
+        """The name the sender gave themselves on WhatsApp, if the engine passed one on."""
+        data = self.engine_data or {}
+        for key in ("notifyName", "pushName"):
+            value = data.get(key)
+            if isinstance(value, str) and value.strip():
+                return value.strip()[:200]
+        return None
 
 
 class WahaSessionStatus(BaseModel):

@@ -250,6 +250,8 @@ def ingest_message(
         chat_id=chat_id,
         is_group=is_group,
         phone_number=None if is_group else _phone_number(chat_id),
+        # Only the customer's own name: an own message carries the business's.
+        contact_name=None if from_me or is_group else message.sender_name,
         # A customer writing again reopens a closed conversation; a handoff stays with the humans.
         reopen=not from_me and not is_group,
         direction=(MessageDirection.OUTBOUND if from_me else MessageDirection.INBOUND).value,

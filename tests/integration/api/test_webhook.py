@@ -293,6 +293,38 @@ async def test_the_owner_commands_the_agent_from_the_business_phone(
     ]
 
 
+async def test_the_customers_whatsapp_name_names_a_contact_that_has_none(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
+) -> None:
+    channel = await connect_channel(client, org)
+    chat = "5511933332222@c.us"
+
+    def named(body: str, *, from_me: bool = False, **data: str) -> dict[str, Any]:
+        event = message_event(channel, chat=chat, body=body, from_me=from_me)
+        event["payload"]["_data"] = data
+        return event
+
+    for event in (
+        named("Oi", notifyName="  Maria Souza "),  # WEBJS
+        named("Sou eu de novo", pushName="Mary"),  # NOWEB, a later name: kept as it was
+        named("Já respondo", from_me=True, notifyName="Loja"),  # the business's own name
+    ):
+        assert (await deliver(client, encode(event), channel.secret)).status_code == 200
+    session = db(org.org_id)
+    contact = session.scalars(select(Contact).where(Contact.external_id == chat)).one()
+    assert contact.display_name == "Maria Souza"
+
+    nameless = "5511922221111@c.us"
+    first = message_event(channel, chat=nameless, body="Oi")
+    assert (await deliver(client, encode(first), channel.secret)).status_code == 200
+    later = message_event(channel, chat=nameless, body="Oi?")
+    later["payload"]["_data"] = {"pushName": "Ana"}
+    assert (await deliver(client, encode(later), channel.secret)).status_code == 200
+    session.expire_all()
+    filled = session.scalars(select(Contact).where(Contact.external_id == nameless)).one()
+    assert filled.display_name == "Ana", "a contact without a name gets the first one seen"
+
+
 async def test_conversation_with_the_humans_is_stored_but_not_dispatched(
     client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
 ) -> None:
