@@ -31,5 +31,10 @@ class ApiSettings(ServiceSettings):
     analysis_local_hour: int = Field(default=6, ge=0, le=23)
     # Seconds between two scans for orgs whose analysis is due.
     analysis_poll_s: float = Field(default=60.0, gt=0, le=3600)
+    # The sign-in throttle (services/api/identity/throttle.py): failures allowed per email and
+    # per client address within the window before logins answer 429 login_rate_limited.
+    login_failures_per_email: int = Field(default=10, ge=1, le=10_000)
+    login_failures_per_address: int = Field(default=100, ge=1, le=100_000)
+    login_failure_window_s: int = Field(default=900, ge=10, le=86_400)
     # Provider endpoints used to validate BYO keys (env prefix ``PROVIDERS_``).
     providers: ProviderSettings = Field(default_factory=ProviderSettings)

@@ -40,7 +40,10 @@ ORG_TABLE: Final = "organizations"
 # - outbox: a platform queue drained in global order by the relay (docs/database.md);
 # - dispatch_rate_windows: the per-org run rate counter, reachable only through the
 #   SECURITY DEFINER function admit_org_runs (the application role has no privilege on it).
-GLOBAL_TABLES: Final[frozenset[str]] = frozenset({"users", "ai_models", "outbox", "dispatch_rate_windows"})
+# - login_failures: the sign-in throttle's window, keyed by email and address (no org is known yet).
+GLOBAL_TABLES: Final[frozenset[str]] = frozenset(
+    {"users", "ai_models", "outbox", "dispatch_rate_windows", "login_failures"}
+)
 
 # Tables read by the SECURITY DEFINER lookup functions (switchboard.db.lookups): they answer
 # the few questions asked before a tenant is known (which org owns this token? this session?),

@@ -76,6 +76,7 @@ class Fault:
     back_after_s: float  # until everything answered /readyz again
     supervisor_restarts: tuple[str, ...] = ()  # processes that exited meanwhile and were started again
     waited_for: tuple[tuple[str, float], ...] = ()  # each service's seconds until ready, when more than 1 s
+    runs_in_flight: int | None = None  # runs pending or running at the moment of the kill (runner only)
 
 
 @dataclass
@@ -170,9 +171,22 @@ def wait_ready(
 
 
 def inflict(
-    group: processes.ProcessGroup, broker: PrivateBroker, target: str, ready_timeout_s: float, down_s: float = 0.0
+    group: processes.ProcessGroup,
+    broker: PrivateBroker,
+    target: str,
+    ready_timeout_s: float,
+    down_s: float = 0.0,
+    in_flight: Callable[[], int] | None = None,
 ) -> Fault:
-    """SIGKILL ``target`` and start it again after ``down_s`` (or restart the broker); back when all are ready."""
+    """SIGKILL ``target`` and start it again after ``down_s`` (or restart the broker); back when all are ready.
+
+    The runner is killed only once it holds a run (``in_flight``, up to 15 s of waiting): a kill
+    between two runs would prove nothing about recovery, and on a fast moment it happened."""
+    runs_in_flight = None
+    if target == "runner" and in_flight is not None:
+        deadline = time.monotonic() + 15.0
+        while (runs_in_flight := in_flight()) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
     at = datetime.now(UTC)
     began = time.monotonic()
     if target == "broker":
@@ -186,7 +200,7 @@ def inflict(
     waited: dict[str, float] = {}
     restarted = wait_ready(group, SERVICES, ready_timeout_s, waited)
     slow = tuple((name, round(seconds, 1)) for name, seconds in waited.items() if seconds > 1.0)
-    return Fault(target, at, time.monotonic() - began, tuple(restarted), slow)
+    return Fault(target, at, time.monotonic() - began, tuple(restarted), slow, runs_in_flight)
 
 
 async def run_with_faults(
@@ -195,6 +209,7 @@ async def run_with_faults(
     broker: PrivateBroker,
     profile: Profile,
     outages: dict[str, float] | None = None,
+    in_flight: Callable[[], int] | None = None,
 ) -> tuple[SendLog, list[Fault]]:
     """Start sending, inflict each fault of the schedule at its moment (one at a time), wait for both."""
     window_s = profile.messages / profile.rate_per_s
@@ -206,5 +221,5 @@ async def run_with_faults(
         if delay > 0:
             await asyncio.sleep(delay)
         down_s = (outages or {}).get(target, 0.0)
-        faults.append(await asyncio.to_thread(inflict, group, broker, target, 120.0, down_s))
+        faults.append(await asyncio.to_thread(inflict, group, broker, target, 120.0, down_s, in_flight))
     return await sending, faults

@@ -29,10 +29,18 @@ class ApiError(Exception):
     code: ClassVar[str] = "bad_request"
     default_message: ClassVar[str] = "The request cannot be processed"
 
-    def __init__(self, message: str | None = None, *, details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message or self.default_message)
         self.message = message or self.default_message
         self.details = details or {}
+        # Response headers the error comes with (``Retry-After`` of a 429).
+        self.headers = headers or {}
 
 
 class Unauthorized(ApiError):
@@ -89,9 +97,15 @@ class ErrorEnvelope(BaseModel):
     error: ErrorBody
 
 
-def error_response(status_code: int, code: str, message: str, details: dict[str, Any] | None = None) -> JSONResponse:
+def error_response(
+    status_code: int,
+    code: str,
+    message: str,
+    details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     body = {"error": {"code": code, "message": scrub_text(message), "details": scrub(details or {})}}
-    return JSONResponse(body, status_code=status_code)
+    return JSONResponse(body, status_code=status_code, headers=headers)
 
 
 # For ``responses=`` in route declarations, so OpenAPI lists each endpoint's errors.
@@ -123,7 +137,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         log.info("request refused", extra={"error_code": exc.code, "status": exc.status_code, "path": request.url.path})
-        return error_response(exc.status_code, exc.code, exc.message, exc.details)
+        return error_response(exc.status_code, exc.code, exc.message, exc.details, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

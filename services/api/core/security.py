@@ -63,16 +63,23 @@ def totp_code(secret: bytes, at: float | None = None) -> str:
     return TOTP(secret, TOTP_DIGITS, SHA1(), TOTP_STEP_S).generate(int(at if at is not None else time.time())).decode()
 
 
-def verify_totp(secret: bytes, code: str, at: float | None = None) -> bool:
-    """True when ``code`` matches the current step or one step either side."""
+def totp_step(secret: bytes, code: str, at: float | None = None) -> int | None:
+    """The time step ``code`` belongs to (the current one or one either side), or None if it matches none.
+
+    Callers keep the last step accepted per user and refuse a step not after it: a code is good once."""
     if not (code.isdigit() and len(code) == TOTP_DIGITS):
-        return False
+        return None
     totp = TOTP(secret, TOTP_DIGITS, SHA1(), TOTP_STEP_S)
     now = int(at if at is not None else time.time())
     for drift in (0, -TOTP_STEP_S, TOTP_STEP_S):
         try:
             totp.verify(code.encode(), now + drift)
-            return True
+            return (now + drift) // TOTP_STEP_S
         except InvalidToken:
             continue
-    return False
+    return None
+
+
+def verify_totp(secret: bytes, code: str, at: float | None = None) -> bool:
+    """True when ``code`` matches the current step or one step either side."""
+    return totp_step(secret, code, at) is not None

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from fastapi import APIRouter, Request, status
 
 from services.api.core.auth import AdminWrite, Authenticated, Manager
-from services.api.core.database import PublicSession
+from services.api.core.database import PublicSession, database
 from services.api.core.errors import (
     Conflict,
     Forbidden,
@@ -18,7 +19,7 @@ from services.api.core.errors import (
     error_responses,
 )
 from services.api.core.responses import Envelope
-from services.api.identity import repository, service
+from services.api.identity import repository, service, throttle
 from services.api.identity.schemas import (
     ChangePassword,
     CreateTokenRequest,
@@ -29,8 +30,12 @@ from services.api.identity.schemas import (
     TotpConfirm,
     TotpEnrollment,
 )
+from services.api.settings import ApiSettings
 from switchboard.crypto import KeyRing
 from switchboard.db.enums import ApiTokenKind, Role
+from switchboard.observability.logging import get_logger
+
+log = get_logger(__name__)
 
 router = APIRouter(prefix="/api/v1", tags=["identity"])
 
@@ -58,16 +63,35 @@ def _issued(token: service.NewToken) -> IssuedToken:
     "/auth/login",
     response_model=Envelope[IssuedToken],
     status_code=status.HTTP_201_CREATED,
-    responses=error_responses(Unauthorized, ValidationFailed),
+    responses=error_responses(Unauthorized, ValidationFailed, throttle.TooManyAttempts),
 )
 async def login(body: LoginRequest, session: PublicSession, request: Request) -> Envelope[IssuedToken]:
-    """Sign in; the session may perform admin writes only if a valid ``totp_code`` was given."""
+    """Sign in; the session may perform admin writes only if a valid ``totp_code`` was given.
+
+    Throttled (``throttle.py``): after too many failures for the email or from the address,
+    ``429 login_rate_limited`` with ``Retry-After``, whatever the password."""
     keyring = _keyring(request)
-    token = await session.run_sync(
-        lambda s: service.login(
-            s, keyring, email=str(body.email), password=body.password, totp_code=body.totp_code, org_id=body.org_id
-        )
+    email = str(body.email)
+    address = request.client.host if request.client else "unknown"
+    settings: ApiSettings = request.app.state.settings
+    limits = throttle.Limits(
+        per_email=settings.login_failures_per_email,
+        per_address=settings.login_failures_per_address,
+        window=timedelta(seconds=settings.login_failure_window_s),
     )
+    await throttle.check(session, email, address, limits)
+    try:
+        token = await session.run_sync(
+            lambda s: service.login(
+                s, keyring, email=email, password=body.password, totp_code=body.totp_code, org_id=body.org_id
+            )
+        )
+    except Unauthorized:
+        async with database(request).sessions() as failures, failures.begin():  # kept though this request fails
+            await throttle.record_failure(failures, email, address)
+        log.info("sign-in refused", extra={"client_address": address})
+        raise
+    await throttle.clear(session, email)
     return Envelope(data=_issued(token))
 
 

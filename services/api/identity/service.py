@@ -17,7 +17,14 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from services.api.core.errors import Conflict, NotFound, Unauthorized, ValidationFailed
-from services.api.core.security import hash_password, new_token, new_totp_secret, totp_uri, verify_password, verify_totp
+from services.api.core.security import (
+    hash_password,
+    new_token,
+    new_totp_secret,
+    totp_step,
+    totp_uri,
+    verify_password,
+)
 from services.api.identity import repository
 from switchboard.crypto import KeyRing, Sealed
 from switchboard.db.audit import record_audit
@@ -154,8 +161,12 @@ def login(
         secret = _totp_secret(user, keyring)
         if secret is None or user.mfa_enabled_at is None:
             raise Unauthorized("No second factor is enrolled for this user")
-        if not verify_totp(secret, totp_code):
+        step = totp_step(secret, totp_code)
+        if step is None:
             raise Unauthorized("The second-factor code is wrong or expired")
+        if user.mfa_last_step is not None and step <= user.mfa_last_step:
+            raise Unauthorized("This second-factor code was already used: wait for the next one")
+        user.mfa_last_step = step
         mfa_verified = True
     set_tenant(session, membership.org_id)
     user.last_login_at = _now()
@@ -233,9 +244,11 @@ def confirm_totp_enrollment(
         raise Conflict("Start the enrollment first")
     if user.mfa_enabled_at is not None:
         raise Conflict("A second factor is already enrolled")
-    if not verify_totp(secret, code):
+    step = totp_step(secret, code)
+    if step is None:
         raise ValidationFailed("The code does not match; check the authenticator's clock")
     user.mfa_enabled_at = _now()
+    user.mfa_last_step = step  # the enrollment code cannot sign in afterwards
     record_audit(
         session, org_id=org_id, action="user.mfa_enrolled", actor_user_id=user.id, target_type="user", target_id=user.id
     )

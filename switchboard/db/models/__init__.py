@@ -19,7 +19,7 @@ from switchboard.db.models.brief import BriefFact, WorkspaceTodo
 from switchboard.db.models.budgets import BudgetIncident, BudgetPolicy
 from switchboard.db.models.channels import ChannelSession, Contact, Conversation, Message
 from switchboard.db.models.followups import ScheduledFollowup
-from switchboard.db.models.limits import DispatchRateWindow
+from switchboard.db.models.limits import DispatchRateWindow, LoginFailure
 from switchboard.db.models.memory import ConversationStateNote, ConversationSummary, MemoryFact
 from switchboard.db.models.notifications import OrgNotification, OrgWebhook, RunDelivery
 from switchboard.db.models.outbox import OutboxEvent
@@ -53,6 +53,7 @@ __all__ = [
     "ConversationSummary",
     "DispatchDecision",
     "DispatchRateWindow",
+    "LoginFailure",
     "Membership",
     "MemoryFact",
     "Message",

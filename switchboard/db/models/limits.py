@@ -1,4 +1,4 @@
-"""Platform counters behind the dispatcher's limits.
+"""Platform counters behind the dispatcher's limits, and the sign-in throttle's failures.
 
 ``dispatch_rate_windows`` is the fixed-window counter of the per-org run rate limit
 [004 D7]. It is a platform table, not a tenant table: only the SECURITY DEFINER
@@ -15,10 +15,10 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import CheckConstraint, Integer, text
+from sqlalchemy import CheckConstraint, DateTime, Index, Integer, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from switchboard.db.base import Base
+from switchboard.db.base import Base, UUIDPrimaryKey
 
 
 class DispatchRateWindow(Base):
@@ -33,3 +33,23 @@ class DispatchRateWindow(Base):
     # Start of the window: epoch seconds rounded down to a multiple of the window length.
     window_start: Mapped[datetime] = mapped_column(primary_key=True)
     admitted: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+
+
+class LoginFailure(UUIDPrimaryKey, Base):
+    """One failed sign-in (a wrong password or second factor), kept for the throttle's window.
+
+    A platform table like ``users``: a sign-in happens before any organization is known. It
+    holds the lower-cased email (the same as ``users.email``, already a global table) and the
+    client address — never a password or a code. Rows older than a day are pruned by the
+    writer (``services/api/identity/throttle.py``)."""
+
+    __tablename__ = "login_failures"
+    __table_args__ = (
+        Index(None, "email_key", "created_at"),
+        Index(None, "client_address", "created_at"),
+        Index(None, "created_at"),
+    )
+
+    email_key: Mapped[str]
+    client_address: Mapped[str]
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=text("now()"))

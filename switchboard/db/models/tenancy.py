@@ -10,6 +10,7 @@ import uuid
 from datetime import datetime
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     ForeignKey,
@@ -83,6 +84,8 @@ class User(UUIDPrimaryKey, Timestamps, Base):
     mfa_totp_tag: Mapped[bytes | None]
     mfa_totp_key_id: Mapped[str | None]
     mfa_enabled_at: Mapped[datetime | None]
+    # The last TOTP time step accepted: a code is good once (a replayed one is refused).
+    mfa_last_step: Mapped[int | None] = mapped_column(BigInteger)
     last_login_at: Mapped[datetime | None]
     disabled_at: Mapped[datetime | None]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 import uuid
 from collections.abc import Callable
 
@@ -61,9 +62,13 @@ async def test_login_yields_mfa_verified_session_only_with_a_valid_totp_code(
         },
     )
     assert wrong.status_code == 401
-    strong = await client.post(
+    strong = await client.post(  # the next step's code: the enrollment's own was used up (a code is good once)
         "/api/v1/auth/login",
-        json={"email": email, "password": "correct horse battery staple", "totp_code": totp_code(secret)},
+        json={
+            "email": email,
+            "password": "correct horse battery staple",
+            "totp_code": totp_code(secret, at=time.time() + 30),
+        },
     )
     assert strong.status_code == 201
     assert strong.json()["data"]["mfa_verified"] is True and strong.json()["data"]["org_id"] == str(org.org_id)

@@ -59,7 +59,7 @@ async def test_org_a_cannot_read_change_or_learn_of_org_b_resources(
         concrete = path
         for name in params:
             concrete = concrete.replace("{" + name + "}", ids[name])
-        body: dict[str, Any] | None = {} if method in {"POST", "PATCH"} else None
+        body: dict[str, Any] | None = {} if method in {"POST", "PATCH", "PUT"} else None
         if method == "POST" and path.endswith("/versions"):
             body = version_body(None)
         if path.endswith(":test"):

@@ -67,7 +67,8 @@ async def test_a_notification_a_crash_left_pending_is_sent_again_by_the_sweep(
 ) -> None:
     await set_webhook(api, world, receiver.url)
     receiver.fail_next(503, times=1000)
-    first = await RunningNotifier(_patient(notifier_settings), keyring).wait_ready()
+    # No grace at the stop: the crash leaves the send unfinished (with grace its retries could run out).
+    first = await RunningNotifier(_patient(notifier_settings, retry_grace_s=0.0), keyring).wait_ready()
     handed = world.run(status=RunStatus.HANDOFF, text="Vou chamar alguém.")
     await publish(Topics.HANDOFF_TRIGGERED, world.handoff(handed))
     await eventually(lambda: len(receiver.hits), lambda n: n >= 1)

@@ -77,7 +77,7 @@ def test_the_tenant_tables_of_spec_section_3_are_all_there() -> None:
         "audit_log",
     }
     assert expected <= TENANT_TABLES
-    assert {"users", "ai_models", "outbox", "dispatch_rate_windows"} == GLOBAL_TABLES
+    assert {"users", "ai_models", "outbox", "dispatch_rate_windows", "login_failures"} == GLOBAL_TABLES
 
 
 @pytest.mark.parametrize("name", sorted(TENANT_TABLES - {ORG_TABLE}))

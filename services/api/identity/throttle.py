@@ -1,0 +1,74 @@
+"""The sign-in throttle: too many failed logins for one email, or from one address, wait.
+
+Without it a password — and behind it a six-digit second factor — could be tried as fast as
+the API answers. Every failed attempt (wrong password, unknown email, wrong or replayed code)
+is a ``login_failures`` row, written in a transaction of its own so the refusal does not roll
+it back; a success clears the email's rows. Before checking a password, as many failures
+for the email as ``API_LOGIN_FAILURES_PER_EMAIL`` (10), or from the address as
+``API_LOGIN_FAILURES_PER_ADDRESS`` (100), within ``API_LOGIN_FAILURE_WINDOW_S`` (15 min),
+answer ``429 login_rate_limited`` with ``Retry-After``: the password is not even
+checked, so the limit also holds for the right one. Counted in PostgreSQL, so every API
+replica sees the same numbers. The address is the connection's peer as uvicorn reports it
+(behind a proxy, run uvicorn with ``--proxy-headers`` and the proxy's address trusted).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from services.api.core.errors import RateLimited
+from switchboard.db.models.limits import LoginFailure
+
+KEEP: Final = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Limits:
+    per_email: int = 10
+    per_address: int = 100
+    window: timedelta = timedelta(minutes=15)
+
+
+class TooManyAttempts(RateLimited):
+    code = "login_rate_limited"
+    default_message = "Too many failed sign-ins: wait before trying again"
+
+
+def email_key(email: str) -> str:
+    return email.strip().lower()
+
+
+async def check(session: AsyncSession, email: str, address: str, limits: Limits) -> None:
+    """Raise :class:`TooManyAttempts` when the email or the address used up its failures."""
+    since = datetime.now(UTC) - limits.window
+    for column, value, limit in (
+        (LoginFailure.email_key, email_key(email), limits.per_email),
+        (LoginFailure.client_address, address, limits.per_address),
+    ):
+        count, oldest = (
+            await session.execute(
+                select(func.count(), func.min(LoginFailure.created_at)).where(
+                    column == value, LoginFailure.created_at >= since
+                )
+            )
+        ).one()
+        if count >= limit:
+            wait_s = max(1, math.ceil((oldest + limits.window - datetime.now(UTC)).total_seconds()))
+            raise TooManyAttempts(details={"retry_after_s": wait_s}, headers={"Retry-After": str(wait_s)})
+
+
+async def record_failure(session: AsyncSession, email: str, address: str) -> None:
+    """Count one failure (the caller commits it, apart from the refused request); prune old rows."""
+    session.add(LoginFailure(email_key=email_key(email), client_address=address))
+    await session.execute(delete(LoginFailure).where(LoginFailure.created_at < datetime.now(UTC) - KEEP))
+
+
+async def clear(session: AsyncSession, email: str) -> None:
+    """A successful sign-in forgets the email's failures (not the address's)."""
+    await session.execute(delete(LoginFailure).where(LoginFailure.email_key == email_key(email)))

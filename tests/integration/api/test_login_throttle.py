@@ -1,0 +1,130 @@
+"""The sign-in throttle (services/api/identity/throttle.py): failures per email and per address
+lead to 429 with Retry-After — even for the right password —, a success forgets the email's
+failures, and a TOTP code is good once."""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from services.api.app import create_app
+from services.api.core.security import totp_code
+from services.api.settings import ApiSettings
+from switchboard.db.models.limits import LoginFailure
+from switchboard.db.session import create_engine
+from tests.support.api import OrgHandle
+
+pytestmark = pytest.mark.integration
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+async def from_address(api_settings: ApiSettings) -> AsyncIterator[Callable[[str], httpx.AsyncClient]]:
+    """Clients of one app, each from its own address, with small limits (3 per email, 5 per address)."""
+    settings = api_settings.model_copy(update={"login_failures_per_email": 3, "login_failures_per_address": 5})
+    app = create_app(settings)
+    clients: list[httpx.AsyncClient] = []
+    async with app.router.lifespan_context(app):
+
+        def _client(address: str) -> httpx.AsyncClient:
+            transport = httpx.ASGITransport(app=app, client=(address, 40000))
+            client = httpx.AsyncClient(transport=transport, base_url="http://api.test")
+            clients.append(client)
+            return client
+
+        yield _client
+        for client in clients:
+            await client.aclose()
+
+
+def _failures(api_settings: ApiSettings, email: str) -> int:
+    engine = create_engine(api_settings.database.url.get_secret_value(), pool_size=1)
+    try:
+        with engine.connect() as conn:
+            return int(conn.scalar(select(func.count()).where(LoginFailure.email_key == email.lower())) or 0)
+    finally:
+        engine.dispose()
+
+
+def _address() -> str:
+    return f"198.51.100.{uuid.uuid4().int % 250 + 1}-{uuid.uuid4().hex[:6]}"
+
+
+async def test_an_email_with_too_many_failures_waits_even_with_the_right_password(
+    from_address: Callable[[str], httpx.AsyncClient], make_org: Callable[..., OrgHandle], api_settings: ApiSettings
+) -> None:
+    email = f"Owner-{uuid.uuid4().hex[:8]}@Example.com"
+    make_org(email=email, password=PASSWORD)
+    other_email = f"other-{uuid.uuid4().hex[:8]}@example.com"
+    make_org(email=other_email, password=PASSWORD)
+    client = from_address(_address())
+
+    for _ in range(3):
+        wrong = await client.post("/api/v1/auth/login", json={"email": email, "password": "guess"})
+        assert wrong.status_code == 401
+    assert _failures(api_settings, email) == 3, "each refusal was counted though its request failed"
+    locked = await client.post("/api/v1/auth/login", json={"email": email.lower(), "password": PASSWORD})
+    assert locked.status_code == 429 and locked.json()["error"]["code"] == "login_rate_limited"
+    assert 0 < int(locked.headers["Retry-After"]) <= 900
+    # Another person's account is not locked by it.
+    assert (
+        await client.post("/api/v1/auth/login", json={"email": other_email, "password": PASSWORD})
+    ).status_code == 201
+
+
+async def test_a_success_forgets_the_emails_failures(
+    from_address: Callable[[str], httpx.AsyncClient], make_org: Callable[..., OrgHandle], api_settings: ApiSettings
+) -> None:
+    email = f"owner-{uuid.uuid4().hex[:8]}@example.com"
+    make_org(email=email, password=PASSWORD)
+    client = from_address(_address())
+    for _ in range(2):
+        assert (await client.post("/api/v1/auth/login", json={"email": email, "password": "guess"})).status_code == 401
+    assert (await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD})).status_code == 201
+    assert _failures(api_settings, email) == 0
+    for _ in range(2):  # a fresh count: not locked after two more
+        assert (await client.post("/api/v1/auth/login", json={"email": email, "password": "guess"})).status_code == 401
+    assert (await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD})).status_code == 201
+
+
+async def test_one_address_trying_many_emails_waits(
+    from_address: Callable[[str], httpx.AsyncClient],
+) -> None:
+    stuffing = from_address(_address())
+    for _ in range(5):
+        body = {"email": f"victim-{uuid.uuid4().hex[:8]}@example.com", "password": "123456"}
+        assert (await stuffing.post("/api/v1/auth/login", json=body)).status_code == 401
+    body = {"email": f"victim-{uuid.uuid4().hex[:8]}@example.com", "password": "123456"}
+    assert (await stuffing.post("/api/v1/auth/login", json=body)).status_code == 429
+    elsewhere = from_address(_address())
+    assert (await elsewhere.post("/api/v1/auth/login", json=body)).status_code == 401, "only that address waits"
+
+
+async def test_a_totp_code_signs_in_once(client: httpx.AsyncClient, make_org: Callable[..., OrgHandle]) -> None:
+    email = f"owner-{uuid.uuid4().hex[:8]}@example.com"
+    make_org(email=email, password=PASSWORD)
+    plain = await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD})
+    auth = {"Authorization": f"Bearer {plain.json()['data']['token']}"}
+    b32 = (await client.post("/api/v1/auth/mfa/totp", headers=auth)).json()["data"]["secret"]
+    secret = base64.b32decode(b32 + "=" * (-len(b32) % 8))
+    confirm_code = totp_code(secret)
+    assert (
+        await client.post("/api/v1/auth/mfa/totp:confirm", json={"code": confirm_code}, headers=auth)
+    ).status_code == 204
+
+    reused = await client.post(
+        "/api/v1/auth/login", json={"email": email, "password": PASSWORD, "totp_code": confirm_code}
+    )
+    assert reused.status_code == 401, "the enrollment's code cannot sign in"
+    fresh = totp_code(secret, at=time.time() + 30)  # the next step's code (one step of drift is accepted)
+    first = await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD, "totp_code": fresh})
+    assert first.status_code == 201 and first.json()["data"]["mfa_verified"] is True
+    replay = await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD, "totp_code": fresh})
+    assert replay.status_code == 401 and "already used" in replay.json()["error"]["message"]
