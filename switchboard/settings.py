@@ -71,6 +71,12 @@ class KafkaSettings(SharedSettings):
     conversation_partitions: int = Field(default=6, ge=1, le=1024)
     replication_factor: int = Field(default=1, ge=1)
 
+    def consumer_group(self, name: str) -> str:
+        """A consumer group scoped like the topics: stacks that share a broker under different
+        prefixes (tests, the demo, an environment per prefix) never share a group, so one
+        stack's members never join — and rebalance — another's."""
+        return f"{self.topic_prefix}{name}"
+
 
 class DatabaseSettings(SharedSettings):
     """PostgreSQL: the application role for services, the owner role for migrations."""

@@ -51,13 +51,14 @@ class Brief:
         serde = Serde.from_settings(settings.kafka)
         producer = RecordProducer(settings.kafka, service=SERVICE, serde=serde)
         await producer.start()
+        group = settings.kafka.consumer_group(settings.group_id)  # scoped like the topics
         self._consumer = RecordConsumer(
             service=SERVICE,
             kafka=settings.kafka,
             topics=TOPICS,
-            group_id=settings.group_id,
+            group_id=group,
             batch_handler=BriefHandler(sessions, serde, catalog),
-            dead_letters=DeadLetterPublisher(producer, service=SERVICE, consumer_group=settings.group_id),
+            dead_letters=DeadLetterPublisher(producer, service=SERVICE, consumer_group=group),
             serde=serde,
             max_batch=settings.max_batch,
             consumer_options={"fetch_max_wait_ms": settings.batch_wait_ms, "fetch_min_bytes": FILL_BYTES},

@@ -73,13 +73,14 @@ class Notifier:
             RetryPolicy(settings.send_max_attempts, settings.send_backoff_initial_s, settings.send_backoff_max_s),
             self._overrides.hooks,
         )
+        group = settings.kafka.consumer_group(settings.group_id)  # scoped like the topics
         self._consumer = RecordConsumer(
             service=SERVICE,
             kafka=settings.kafka,
             topics=TOPICS,
-            group_id=settings.group_id,
+            group_id=group,
             handler=handlers.handle,
-            dead_letters=DeadLetterPublisher(producer, service=SERVICE, consumer_group=settings.group_id),
+            dead_letters=DeadLetterPublisher(producer, service=SERVICE, consumer_group=group),
             serde=serde,
             # Sends wait on the channel: the partitions (conversations) of a fetch go side by side,
             # each partition still in order, so one slow channel answer does not hold up the rest.

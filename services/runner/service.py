@@ -141,13 +141,14 @@ class Runner:
         )
         supervisor = RunSupervisor(RunExecutor(deps), max_in_flight=settings.max_in_flight)
         self.supervisor = supervisor
+        group = settings.kafka.consumer_group(settings.group_id)  # scoped like the topics
         self._consumer = RecordConsumer(
             service=SERVICE,
             kafka=settings.kafka,
             topics=[Topics.RUN_REQUESTED],
-            group_id=settings.group_id,
+            group_id=group,
             handler=supervisor.accept,
-            dead_letters=DeadLetterPublisher(producer, service=SERVICE, consumer_group=settings.group_id),
+            dead_letters=DeadLetterPublisher(producer, service=SERVICE, consumer_group=group),
             serde=serde,
             flow=supervisor,
         )
