@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -689,7 +690,9 @@ async def test_rotation_reencrypts_under_the_new_key_while_reads_keep_working(
     settings = _settings(api_settings, fake_providers)
     async for fresh in _app_client(settings, keyring=only_new):
         login = await fresh.post(
-            "/api/v1/auth/login", json={"email": email, "password": password, "totp_code": totp_code(totp_secret)}
+            "/api/v1/auth/login",
+            # The next step's code: the enrollment used this step's, and a code is good once.
+            json={"email": email, "password": password, "totp_code": totp_code(totp_secret, at=time.time() + 30)},
         )
         assert login.status_code == 201 and login.json()["data"]["mfa_verified"] is True, login.text
         assert (
