@@ -4,7 +4,8 @@
   (committed), send through the session's channel plugin, record the outcome; a transient
   failure is retried in the background (``retries.py``), never in front of the next record.
   Any other run (dry, handoff, failed, aborted) sends nothing; its queued intents are
-  marked failed so nothing lingers as "pending".
+  marked failed so nothing lingers as "pending" — except a handoff's acknowledgement (the
+  version's ``handoff_message``), sent once like a reply.
 - ``handoff_triggered`` (not dry): assign the conversation to humans and notify the org's
   outgoing webhook (in the background: ``notifications.py``).
 - ``insights`` whose key starts with ``budget_incident:``: notify the org's webhook once per key.
@@ -86,6 +87,10 @@ class NotifierHandlers:
                 log.info(
                     "queued messages not sent", extra={**where, "status": completed.status.value, "count": cancelled}
                 )
+            if completed.status is RunStatus.HANDOFF and completed.would_send_to and completed.final_text:
+                # The version's handoff message (the runner set it as the text): sent once, like a reply.
+                claims = await self._store.claim_reply(completed)
+                await self._send_claimed(completed.org_id, completed.run_id, claims, where)
             return
         await self._send_claimed(completed.org_id, completed.run_id, await self._store.claim_run(completed), where)
 

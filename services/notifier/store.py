@@ -193,6 +193,13 @@ class NotifierStore:
                 candidates.append(reply)
             return await self._claim(session, org_id, completed.run_id, candidates)
 
+    async def claim_reply(self, completed: RunCompleted) -> list[Claimed]:
+        """Record and claim the run's reply alone (a handoff's acknowledgement: its intents were cancelled)."""
+        org_id = completed.org_id
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            reply = await self._record_reply(session, completed)
+            return await self._claim(session, org_id, completed.run_id, [reply] if reply is not None else [])
+
     async def claim_intents(self, org_id: uuid.UUID, run_id: uuid.UUID) -> list[Claimed]:
         """Claim what the run's send tool queued after the run ended (an action the owner approved)."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):

@@ -521,6 +521,13 @@ class RunExecutor:
         request = subject.request
         version = subject.version
         classification = classify(outcome)
+        # A handoff tells the customer the version's handoff message, if it has one (never the
+        # model's own text: it was not written for the customer).
+        tells_customer = classification.status is RunStatus.COMPLETED or (
+            classification.status is RunStatus.HANDOFF and version.handoff_message is not None
+        )
+        if classification.status is RunStatus.HANDOFF and version.handoff_message is not None:
+            outcome = replace(outcome, final_text=version.handoff_message)
         tail, prompt = trace.closing() if trace is not None else ([], None)
         completed_at = datetime.now(UTC)
         latency_ms = int((time.monotonic() - clock) * 1000)
@@ -534,7 +541,7 @@ class RunExecutor:
         )
         would_send_to = (
             SendTarget(channel_session_id=subject.conversation.channel_session_id, chat_id=subject.conversation.chat_id)
-            if classification.status is RunStatus.COMPLETED
+            if tells_customer
             and outcome.final_text
             and subject.conversation
             # An internal conversation has nobody to send to; a dry run still shows where its reply

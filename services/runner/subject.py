@@ -44,6 +44,8 @@ class VersionConfig:
     # Issue 6 item 9 (docs/agent-context.md): agents this version may delegate to; classify first.
     subagent_ids: tuple[uuid.UUID, ...] = ()
     classification_enabled: bool = False
+    # What the customer is told when a run hands off (docs/notifier.md "Handoffs"); None: nothing.
+    handoff_message: str | None = None
 
     def silence_timeout_s(self, default_s: float) -> float:
         """The version's silence timeout wins over the process default."""

@@ -255,6 +255,12 @@ class VersionConfig(_Strict):
     )
     handoff_keywords: list[Keyword] = Field(default_factory=lambda: list(DEFAULT_HANDOFF_KEYWORDS), max_length=50)
     handoff_tool_enabled: bool = True
+    handoff_message: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,
+        description="Sent to the customer once when a run hands the conversation to a person; none: nothing is sent.",
+    )
     followup: FollowupIn = Field(default_factory=FollowupIn)
     concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.ENQUEUE
 
@@ -331,6 +337,7 @@ class VersionPatch(_Strict):
     classification_enabled: bool | None = None
     handoff_keywords: list[Keyword] | None = None
     handoff_tool_enabled: bool | None = None
+    handoff_message: str | None = None
     followup: FollowupPatch | None = None
     concurrency_policy: ConcurrencyPolicy | None = None
 
@@ -424,6 +431,7 @@ class VersionView(BaseModel):
     classification_enabled: bool
     handoff_keywords: list[str]
     handoff_tool_enabled: bool
+    handoff_message: str | None = None
     followup: FollowupView
     concurrency_policy: ConcurrencyPolicy
     published_at: datetime | None

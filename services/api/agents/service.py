@@ -153,6 +153,7 @@ def _config_dict(version: AiAgentVersion) -> dict[str, Any]:
         "classification_enabled": version.classification_enabled,
         "handoff_keywords": list(version.handoff_keywords),
         "handoff_tool_enabled": version.handoff_tool_enabled,
+        "handoff_message": version.handoff_message,
         "followup": _stored_followup(version.followup),
         "concurrency_policy": version.concurrency_policy,
     }
@@ -185,6 +186,7 @@ def version_view(version: AiAgentVersion) -> VersionView:
         classification_enabled=version.classification_enabled,
         handoff_keywords=config["handoff_keywords"],
         handoff_tool_enabled=version.handoff_tool_enabled,
+        handoff_message=version.handoff_message,
         followup=FollowupView.model_validate(config["followup"]),
         concurrency_policy=ConcurrencyPolicy(version.concurrency_policy),
         published_at=version.published_at,
@@ -353,6 +355,7 @@ def _columns(session: Session, org_id: uuid.UUID, config: VersionConfig) -> dict
         "classification_enabled": config.classification_enabled,
         "handoff_keywords": list(config.handoff_keywords),
         "handoff_tool_enabled": config.handoff_tool_enabled,
+        "handoff_message": config.handoff_message,
         "followup": config.followup.model_dump(mode="json"),
         "concurrency_policy": config.concurrency_policy.value,
     }
@@ -690,6 +693,7 @@ def _copyable(version: AiAgentVersion) -> dict[str, Any]:
         "classification_enabled": version.classification_enabled,
         "handoff_keywords": list(version.handoff_keywords),
         "handoff_tool_enabled": version.handoff_tool_enabled,
+        "handoff_message": version.handoff_message,
         "followup": dict(version.followup),
         "concurrency_policy": version.concurrency_policy,
     }

@@ -119,6 +119,9 @@ class AiAgentVersion(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         CheckConstraint("history_token_window BETWEEN 0 AND 1000000", name="history_token_window_range"),
         CheckConstraint("silence_timeout_minutes BETWEEN 1 AND 240", name="silence_timeout_minutes_range"),
         CheckConstraint("cardinality(subagent_ids) <= 20", name="subagent_ids_count"),
+        CheckConstraint(
+            "handoff_message IS NULL OR char_length(handoff_message) BETWEEN 1 AND 1000", name="handoff_message_length"
+        ),
         CheckConstraint("jsonb_typeof(trigger_config) = 'object'", name="trigger_config_object"),
         CheckConstraint("jsonb_typeof(followup) = 'object'", name="followup_object"),
         CheckConstraint("status <> 'published' OR published_at IS NOT NULL", name="published_has_timestamp"),
@@ -162,6 +165,8 @@ class AiAgentVersion(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     silence_timeout_minutes: Mapped[int] = mapped_column(Integer, server_default=text("15"))
     # A proposed write parks the run until the owner decides (docs/autonomy.md, migration 0013).
     pause_on_proposal: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # Sent to the customer once when a run of this version hands off (revision 0024); NULL: nothing.
+    handoff_message: Mapped[str | None]
     # Sub-agents and classification (migration 0017, docs/agent-context.md): agents of the org this
     # version may delegate to, and whether inbound messages are classified before the loop.
     subagent_ids: Mapped[list[uuid.UUID]] = mapped_column(server_default=text("'{}'::uuid[]"))

@@ -493,3 +493,17 @@ async def test_inactive_credential_is_refused(client: httpx.AsyncClient, org: Or
     )
     assert response.status_code == 422
     assert error_body(response)["details"]["errors"][0]["type"] == "inactive_credential"
+
+
+async def test_the_handoff_message_is_saved_with_the_version_and_bounded(
+    client: httpx.AsyncClient, org: OrgHandle
+) -> None:
+    channel = make_channel(org)
+    created = await create_agent(client, org, channel, handoff_message="Um momento: vou chamar alguém.")
+    assert created["version"]["handoff_message"] == "Um momento: vou chamar alguém."
+    too_long = await client.post(
+        "/api/v1/agents",
+        json={"name": "Long", "version": version_body(channel, handoff_message="x" * 1001)},
+        headers=org.headers(),
+    )
+    assert too_long.status_code == 422

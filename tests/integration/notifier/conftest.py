@@ -91,9 +91,18 @@ class World:
             self.agent_id, self.version_id = version.agent_id, version.id
 
     def run(
-        self, *, status: RunStatus = RunStatus.COMPLETED, dry_run: bool = False, text: str | None = "Olá! Posso ajudar."
+        self,
+        *,
+        status: RunStatus = RunStatus.COMPLETED,
+        dry_run: bool = False,
+        text: str | None = "Olá! Posso ajudar.",
+        send_to: bool | None = None,
     ) -> RunCompleted:
-        """A finished run row plus the run_completed the runner publishes with it."""
+        """A finished run row plus the run_completed the runner publishes with it.
+
+        ``send_to``: whether it names a send target; by default as the runner does — a completed
+        run does, any other does not (a handoff does only with its version's handoff message)."""
+        target = status is RunStatus.COMPLETED if send_to is None else send_to
         run_id = uuid.uuid4()
         with tenant_session(self.org) as session:
             session.add(
@@ -123,7 +132,7 @@ class World:
             status=status,
             vitality=Vitality.COMPLETED,
             final_text=text,
-            would_send_to=SendTarget(channel_session_id=self.channel_id, chat_id=self.chat_id),
+            would_send_to=SendTarget(channel_session_id=self.channel_id, chat_id=self.chat_id) if target else None,
             provider="anthropic",
             model="claude-sonnet-4-6",
             tokens_in=10,

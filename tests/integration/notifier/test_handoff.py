@@ -164,3 +164,23 @@ async def test_budget_incidents_notify_the_admins_once_per_key(
     assert [h.json()["data"]["insight_key"] for h in receiver.hits] == [key, hard]
     assert all(h.json()["type"] == "budget.incident" for h in receiver.hits)
     assert all(verify(secret, h.headers, h.body) for h in receiver.hits)
+
+
+async def test_a_handoff_acknowledgement_reaches_the_customer_once(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    """A version's handoff message (the runner makes it the run's text and names the target) is
+    sent once, like a reply; what the run had queued with the send tool is not."""
+    run = world.run(status=RunStatus.HANDOFF, text="Um momento: vou chamar alguém da equipe.", send_to=True)
+    queued = world.queue_intent(run, "queued before the handoff")
+    await start_notifier()
+    for _ in range(2):  # a redelivery sends nothing more
+        await publish(Topics.RUN_COMPLETED, run)
+    await publish(Topics.HANDOFF_TRIGGERED, world.handoff(run))
+    await eventually(lambda: [c.text for c in channel.delivered], lambda t: t == [run.final_text])
+    marker = world.run(text="marker")
+    await publish(Topics.RUN_COMPLETED, marker)
+    await eventually(lambda: [c.text for c in channel.delivered], lambda t: t == [run.final_text, "marker"])
+    statuses = {d.message_id: d.status for d in world.deliveries(run.run_id)}
+    assert statuses.get(queued) != "sent", "the queued send-tool message is not delivered after a handoff"
+    assert world.conversation().status == "handoff"

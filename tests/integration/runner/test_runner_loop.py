@@ -7,9 +7,13 @@ import itertools
 import json
 
 import pytest
+from sqlalchemy import update
+from sqlalchemy.orm import Session
 
 from switchboard.contracts import HandoffTriggered, RunCompleted, Topics
 from switchboard.contracts.enums import SteeringKind
+from switchboard.db.models.agents import AiAgentVersion
+from switchboard.db.session import tenant_transaction
 from switchboard.tool_catalog import (
     CONVERSATION_HISTORY,
     LIST_FOLLOWUPS,
@@ -115,6 +119,26 @@ async def test_handoff_keyword_makes_no_model_call(rh: RunnerHarness, text: str)
     assert handoff.trigger == "keyword" and handoff.matched_keyword is not None
     completed = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted))
     assert completed.status == "handoff" and completed.final_text is None and completed.would_send_to is None
+
+
+async def test_a_handoff_tells_the_customer_the_versions_handoff_message(rh: RunnerHarness) -> None:
+    """With ``handoff_message`` set the run's text is that message and it names where to send it
+    (the notifier then sends it once); the model's own words never reach the customer."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", handoff_tool_enabled=True)
+    message = "Um momento: vou chamar alguém da equipe."
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        session.execute(
+            update(AiAgentVersion).where(AiAgentVersion.id == agent.version_id).values(handoff_message=message)
+        )
+    keyword = await rh.run(run_request(agent, [inbound(rh.db, agent, "falar com humano")]))
+    rh.fake.script([tool(REQUEST_HUMAN_HANDOFF, {"reason": "quer desconto", "urgency": "normal"})])
+    by_tool = await rh.run(run_request(agent, [inbound(rh.db, agent, "Quero desconto agora")]))
+    completed = [r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted)]
+    for row in (keyword, by_tool):
+        assert row.status == "handoff"
+        [announced] = [c for c in completed if c.run_id == row.id]
+        assert announced.final_text == message and announced.would_send_to is not None
+        assert announced.would_send_to.chat_id == agent.chat_id
 
 
 async def test_version_keywords_replace_the_defaults(rh: RunnerHarness) -> None:
