@@ -25,6 +25,7 @@ from services.api.core.errors import install_error_handlers
 from services.api.core.request_id import install_request_id
 from services.api.core.text_guard import reject_nul_characters
 from services.api.credentials.endpoints import router as credentials_router
+from services.api.followups.endpoints import router as followups_router
 from services.api.followups.scheduler import FollowupScheduler
 from services.api.home.endpoints import router as home_router
 from services.api.identity.endpoints import router as identity_router
@@ -147,6 +148,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         home_router,
         budgets_router,
         conversations_router,
+        followups_router,
         org_webhooks_router,
         organization_router,
         autonomy_router,

@@ -94,6 +94,8 @@ POLICY: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/conversations/{conversation_id}/messages"): "manager",
     ("GET", "/api/v1/conversations/{conversation_id}/decisions"): "manager",
     ("GET", "/api/v1/dispatch-decisions"): "manager",
+    ("GET", "/api/v1/followups"): "manager",
+    ("POST", "/api/v1/followups/{followup_id}:cancel"): "manager",
     ("PATCH", "/api/v1/organization"): "admin_mfa",
     ("PUT", "/api/v1/budget-policies/organization"): "admin_mfa",
     ("DELETE", "/api/v1/budget-policies/organization"): "admin_mfa",
