@@ -117,10 +117,15 @@ def _money(micros: int | None) -> str:
     return "unlimited" if micros is None else f"${micros / 1_000_000:.2f}"
 
 
-def _texts(agent: AiAgent, level: IncidentSeverity, spend: Spend, cap: Cap, paused: bool) -> tuple[str, str]:
+def _figures(spend: Spend, cap: Cap) -> str:
     figures = f"Spent {_money(spend.cost_micros)} of {_money(cap.cost_micros)}"
     if cap.tokens is not None:
         figures += f", {spend.tokens} of {cap.tokens} tokens"
+    return figures
+
+
+def _texts(agent: AiAgent, level: IncidentSeverity, spend: Spend, cap: Cap, paused: bool) -> tuple[str, str]:
+    figures = _figures(spend, cap)
     if level is IncidentSeverity.HARD:
         title = f"Budget exhausted: {agent.name}" + (" was paused" if paused else "")
         return title, f"{figures} this month. Publish the agent again to resume it."
@@ -186,9 +191,7 @@ def evaluate_run(session: Session, serde: Serde, record: RunCompleted, tz: ZoneI
 
 
 def _org_texts(level: IncidentSeverity, spend: Spend, cap: Cap) -> tuple[str, str]:
-    figures = f"Spent {_money(spend.cost_micros)} of {_money(cap.cost_micros)}"
-    if cap.tokens is not None:
-        figures += f", {spend.tokens} of {cap.tokens} tokens"
+    figures = _figures(spend, cap)
     if level is IncidentSeverity.HARD:
         return (
             "Monthly budget exhausted: agents stopped answering",

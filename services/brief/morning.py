@@ -43,15 +43,22 @@ async def compose_missing(
     while stop is None or not stop.is_set():
         async with sessions() as session:
             missing = (await session.execute(_MISSING, {"now": datetime.now(UTC), "limit": PAGE})).all()
+        this_page = 0
         for org_id, day in missing:
             if stop is not None and stop.is_set():
                 break
-            async with sessions() as session, async_tenant_transaction(session, org_id):
-                await session.run_sync(
-                    lambda s, o=org_id, d=day: compose_day(s, catalog, o, d)  # type: ignore[misc]
-                )
-            composed += 1
-        if len(missing) < PAGE:
+            try:
+                async with sessions() as session, async_tenant_transaction(session, org_id):
+                    await session.run_sync(
+                        lambda s, o=org_id, d=day: compose_day(s, catalog, o, d)  # type: ignore[misc]
+                    )
+            except Exception:  # one org's failure must not keep the others' mornings away
+                log.warning("morning digest failed", extra={"organization_id": str(org_id)}, exc_info=True)
+                continue
+            this_page += 1
+        composed += this_page
+        # A short page was the last; a page where every org failed would come back the same.
+        if len(missing) < PAGE or this_page == 0:
             break
     return composed
 

@@ -198,16 +198,25 @@ def allow_auto(engine: Engine, agent: Agent, tool_id: str) -> None:
         session.add(WorkspaceAutonomy(org_id=agent.org_id, area=gated_area(tool_id), mode="auto"))
 
 
-def inbound(engine: Engine, agent: Agent, body: str, *, direction: str = "inbound") -> InboundMessage:
-    """Store a message of the conversation (as ingest would) and return it as a run input."""
+def inbound(
+    engine: Engine, agent: Agent, body: str, *, direction: str = "inbound", from_me: bool = False
+) -> InboundMessage:
+    """Store a message of the conversation (as ingest would) and return it as a run input.
+
+    ``from_me``: the business wrote it from its own phone (an outbound message by a person)."""
     now = datetime.now(UTC)
+    if from_me:
+        direction, sender = "outbound", "human"
+    else:
+        sender = "contact" if direction == "inbound" else "agent"
     with Session(engine) as session, tenant_transaction(session, agent.org_id):
         message = Message(
             org_id=agent.org_id,
             conversation_id=agent.conversation_id,
             channel_session_id=agent.channel_session_id,
             direction=direction,
-            sender="contact" if direction == "inbound" else "agent",
+            sender=sender,
+            from_me=from_me,
             external_id=f"wamid.{uuid.uuid4().hex}",
             body=body,
             occurred_at=now,
@@ -220,34 +229,13 @@ def inbound(engine: Engine, agent: Agent, body: str, *, direction: str = "inboun
             chat_id=agent.chat_id,
             text=body,
             received_at=now,
+            from_me=from_me,
         )
 
 
 def command(engine: Engine, agent: Agent, body: str) -> InboundMessage:
     """The business writing ``body`` from its own phone (``from_me``): how an operator commands the agent."""
-    now = datetime.now(UTC)
-    with Session(engine) as session, tenant_transaction(session, agent.org_id):
-        message = Message(
-            org_id=agent.org_id,
-            conversation_id=agent.conversation_id,
-            channel_session_id=agent.channel_session_id,
-            direction="outbound",
-            sender="human",
-            from_me=True,
-            external_id=f"wamid.{uuid.uuid4().hex}",
-            body=body,
-            occurred_at=now,
-        )
-        session.add(message)
-        session.flush()
-        return InboundMessage(
-            message_id=message.id,
-            external_id=message.external_id or "",
-            chat_id=agent.chat_id,
-            text=body,
-            received_at=now,
-            from_me=True,
-        )
+    return inbound(engine, agent, body, from_me=True)
 
 
 def run_request(
