@@ -195,6 +195,60 @@ def ingest(
     )
 
 
+# WAHA echoes every message the business's number sends, ours included, as a ``message.any``
+# with ``fromMe``. The notifier stores a reply (external id unknown) before it calls the
+# channel, and learns the id only from the channel's answer: an echo that arrives first would
+# be stored again as a person's message. So an own message is first matched to the newest
+# unidentified outbound message of the conversation with the same text, written by the
+# platform in the last minutes; a match takes the channel's id instead of a new row. The row
+# lock waits for a notifier recording the same row: after its commit the row has an id, no
+# longer matches, and the insert that follows sees the id taken (a duplicate).
+ECHO_WINDOW_MINUTES = 10
+_BLANK = " \t\r\n"  # what the channel may add or drop around a text
+_CLAIM_ECHO = text(
+    f"""
+UPDATE messages AS m SET external_id = :external_id, updated_at = now()
+WHERE m.id = (
+    SELECT o.id FROM messages AS o
+    JOIN conversations AS cv ON cv.id = o.conversation_id
+    WHERE cv.org_id = :org_id AND cv.channel_session_id = :channel_session_id AND cv.chat_id = :chat_id
+      AND o.org_id = :org_id AND o.direction = 'outbound' AND o.sender <> 'human' AND o.external_id IS NULL
+      AND o.occurred_at > now() - interval '{ECHO_WINDOW_MINUTES} minutes' AND btrim(o.body, :blank) = :body
+    ORDER BY o.occurred_at DESC
+    LIMIT 1
+    FOR UPDATE OF o
+)
+AND m.external_id IS NULL
+AND NOT EXISTS (
+    SELECT 1 FROM messages AS taken WHERE taken.channel_session_id = :channel_session_id
+      AND taken.external_id = :external_id)
+RETURNING m.id
+"""
+).bindparams(
+    bindparam("org_id", type_=PG_UUID(as_uuid=True)), bindparam("channel_session_id", type_=PG_UUID(as_uuid=True))
+)
+
+
+def claim_own_echo(
+    session: Session, *, org_id: uuid.UUID, channel_session_id: uuid.UUID, chat_id: str, external_id: str, body: str
+) -> uuid.UUID | None:
+    """The platform's own outbound message this ``fromMe`` delivery echoes, now holding its id; else None."""
+    stripped = body.strip(_BLANK)
+    if not stripped:
+        return None
+    return session.scalars(
+        _CLAIM_ECHO,
+        {
+            "org_id": org_id,
+            "channel_session_id": channel_session_id,
+            "chat_id": chat_id,
+            "external_id": external_id,
+            "body": stripped,
+            "blank": _BLANK,
+        },
+    ).one_or_none()
+
+
 def message_id_by_external(
     session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID, external_id: str
 ) -> uuid.UUID | None:

@@ -74,6 +74,7 @@ class WebhookResult(BaseModel):
     duplicate: bool = Field(description="This message was already ingested; nothing was stored or dispatched")
     reason: str | None = Field(
         default=None,
-        description="`duplicate`, `group`, `from_me`, `human_handoff`, `broadcast`, `session_status`, `event_ignored`,"
+        description="`duplicate`, `echo` (the channel's copy of a message the platform sent), `group`, `from_me`,"
+        " `human_handoff`, `broadcast`, `session_status`, `event_ignored`,"
         " `slash_todo` (a /todo item was added instead of storing a message)",
     )

@@ -226,13 +226,31 @@ def ingest_message(
     if not chat_id.endswith("@g.us"):
         # /todo and /compact are handled here, before dispatch: never stored as a message nor sent to the agent.
         handled = slash.handle_ingest_command(
-            session, route=route, chat_id=chat_id, text=message.body, serde=serde, external_id=message.id
+            session,
+            route=route,
+            chat_id=chat_id,
+            text=message.body,
+            serde=serde,
+            external_id=message.id,
+            from_me=from_me,
         )
         if handled is not None:
             return handled
 
     org_id, channel_session_id = route.org_id, route.channel_session_id
     is_group = chat_id.endswith("@g.us")
+    if from_me and not is_group:
+        echoed = repository.claim_own_echo(
+            session,
+            org_id=org_id,
+            channel_session_id=channel_session_id,
+            chat_id=chat_id,
+            external_id=message.id,
+            body=message.body or "",
+        )
+        if echoed is not None:
+            # Our own reply coming back from the channel: it is already stored (now with its id).
+            return WebhookResult(message_id=echoed, dispatched=False, duplicate=True, reason="echo")
     occurred_at = _occurred_at(message.timestamp)
     message_id = uuid.uuid4()
     attributes: dict[str, Any] = {"event": event.event}

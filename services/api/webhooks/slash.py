@@ -11,7 +11,8 @@ Idempotency without a stored message: a repeated delivery of the same
 ``/todo`` finds the same *open* item in the same conversation and adds nothing
 (the conversation row is locked first, so concurrent repeats serialize).
 
-``/compact`` is never stored as a message nor sent to the agent either: it asks the
+``/compact`` from the business's phone (``fromMe``) is never stored as a message nor sent to
+the agent either: it asks the
 runner to compact the thread summary now. The summarizer lives in the runner (it needs
 the provider and the key), so ingest writes a ``run_requested`` straight to the outbox —
 not a ``dispatch_requested``: no agent turn is wanted — for the agent version that last
@@ -20,7 +21,9 @@ recognizes that id, folds every message not yet covered into the summary and end
 run ``completed`` with no final text: nothing is sent to anyone. The run id is derived
 from the channel message id, so a redelivered ``/compact`` is the same run (the runner
 skips a run id it already recorded). A conversation no agent ever ran in has nothing a
-summary could be made with: ``reason: slash_compact_nothing``.
+summary could be made with: ``reason: slash_compact_nothing``. A customer's ``/compact`` is
+an ordinary message: a summarization run is billed to the business, so a customer must not
+be able to start one (the same rule as the runner's commands, docs/agent-context.md).
 
 A malformed ``/todo`` (no text, too long) is ingested as an ordinary message: the
 run answers it with what is wrong, before any model call (``services.runner.commands``).
@@ -63,6 +66,7 @@ def handle_ingest_command(
     text: str | None,
     serde: Serde | None = None,
     external_id: str = "",
+    from_me: bool = False,
 ) -> WebhookResult | None:
     """The delivery's result when ``text`` is a command handled at ingest; None to ingest it as a message."""
     if not text or not text.lstrip().startswith("/"):
@@ -71,7 +75,9 @@ def handle_ingest_command(
         command = parse(text)
     except ParseError:
         return None  # written wrongly: ingested as a message, and the run answers what is wrong
-    if command is not None and command.name is CommandName.COMPACT and serde is not None:
+    if command is not None and command.name is CommandName.COMPACT:
+        if not from_me or serde is None:
+            return None  # a customer's /compact is plain text: only the business starts (billed) summarization
         return _request_compaction(session, route, chat_id, serde=serde, external_id=external_id)
     if command is None or command.name is not CommandName.TODO:
         return None

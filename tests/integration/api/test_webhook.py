@@ -527,3 +527,71 @@ async def test_a_message_with_nul_characters_is_stored_without_them(
     assert response.json()["data"]["dispatched"] is True
     stored = messages(db(org.org_id), channel, event["payload"]["id"])
     assert [m.body for m in stored] == ["oi tudo bem?"]
+
+
+def _platform_reply(
+    session: Session, channel: Channel, conversation_id: uuid.UUID, body: str, *, age_s: int
+) -> Message:
+    """An agent's reply as the notifier stores it before calling the channel: no channel id yet."""
+    row = Message(
+        org_id=channel.org.org_id,
+        conversation_id=conversation_id,
+        channel_session_id=channel.id,
+        direction="outbound",
+        sender="agent",
+        dedupe_key=f"reply:{uuid.uuid4()}",
+        body=body,
+        delivery_status="pending",
+    )
+    session.add(row)
+    session.flush()
+    session.execute(
+        text("UPDATE messages SET occurred_at = now() - make_interval(secs => :age) WHERE id = :id"),
+        {"age": age_s, "id": row.id},
+    )
+    session.commit()
+    set_tenant(session, channel.org.org_id)  # the commit ended the transaction that held the tenant
+    return row
+
+
+async def test_the_channels_echo_of_a_platform_reply_is_not_stored_twice(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
+) -> None:
+    """WAHA's ``message.any`` copy of our own reply can arrive before the send's answer gave us its id:
+    it is matched to the reply (which takes the id), not stored again as a person's message."""
+    channel = await connect_channel(client, org)
+    chat = "5511933332222@c.us"
+    opening = message_event(channel, chat=chat, body="Quanto custa?")
+    opened = (await deliver(client, encode(opening), channel.secret)).json()["data"]
+    session = db(org.org_id)
+    conversation_id = session.get(Message, uuid.UUID(opened["message_id"])).conversation_id  # type: ignore[union-attr]
+    reply = _platform_reply(session, channel, conversation_id, "Custa R$ 10.", age_s=5)
+    stale = _platform_reply(session, channel, conversation_id, "Bom dia!", age_s=11 * 60)
+
+    echo = message_event(channel, chat=chat, from_me=True, body="Custa R$ 10.\n", event="message.any")
+    first = (await deliver(client, encode(echo), channel.secret)).json()["data"]
+    again = (await deliver(client, encode(echo), channel.secret)).json()["data"]
+    # The owner typing the same words later, and an echo of a reply older than the window: a person's messages.
+    typed = message_event(channel, chat=chat, from_me=True, body="Custa R$ 10.", event="message.any")
+    late = message_event(channel, chat=chat, from_me=True, body="Bom dia!", event="message.any")
+    typed_result = (await deliver(client, encode(typed), channel.secret)).json()["data"]
+    late_result = (await deliver(client, encode(late), channel.secret)).json()["data"]
+
+    assert (first["message_id"], first["duplicate"], first["reason"]) == (str(reply.id), True, "echo")
+    assert (again["message_id"], again["duplicate"], again["reason"]) == (str(reply.id), True, "duplicate")
+    assert (typed_result["duplicate"], typed_result["reason"]) == (False, "from_me")
+    assert (late_result["duplicate"], late_result["reason"]) == (False, "from_me")
+    session.expire_all()
+    rows = session.scalars(select(Message).where(Message.conversation_id == conversation_id)).all()
+    by_sender = sorted((m.sender, m.body, m.external_id) for m in rows)
+    assert by_sender == sorted(
+        [
+            ("contact", "Quanto custa?", opening["payload"]["id"]),
+            ("agent", "Custa R$ 10.", echo["payload"]["id"]),
+            ("agent", "Bom dia!", None),
+            ("human", "Custa R$ 10.", typed["payload"]["id"]),
+            ("human", "Bom dia!", late["payload"]["id"]),
+        ]
+    )
+    assert stale.external_id is None
+    assert dispatch_rows(session, conversation_id)[1:] == []  # only the customer's message was dispatched

@@ -60,16 +60,18 @@ def _layers(row: AiAgentRun) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------- /compact
 
 
-def _ingest(rh: RunnerHarness, agent: Agent, body: str, message_id: str) -> Any:
+def _ingest(rh: RunnerHarness, agent: Agent, body: str, message_id: str, *, from_me: bool = True) -> Any:
+    """``body`` as WAHA delivers it: by default the owner writing from the business phone."""
+    business = "5511900000000@c.us"
     event = WahaEvent(
-        event="message",
+        event="message.any" if from_me else "message",
         session="default",
         payload={
             "id": message_id,
             "timestamp": 1767225600,
-            "from": agent.chat_id,
-            "to": "5511900000000@c.us",
-            "fromMe": False,
+            "from": business if from_me else agent.chat_id,
+            "to": agent.chat_id if from_me else business,
+            "fromMe": from_me,
             "body": body,
         },
     )
@@ -114,6 +116,22 @@ async def test_compact_summarizes_now_and_never_reaches_the_model_nor_the_messag
     assert all("/compact" not in json.dumps(r.body) for r in rh.fake.received)
     assert rh.scalar(agent.org_id, "SELECT messages_covered FROM conversation_summaries") == 9
     assert "blue sofa" in rh.scalar(agent.org_id, "SELECT summary FROM conversations")
+
+
+async def test_a_customers_compact_is_an_ordinary_message(rh: RunnerHarness) -> None:
+    """A summarization run is billed to the business: a customer typing /compact must not start one."""
+    agent = create_agent(rh.db)
+    rh.fake.script([Reply(text="Hello!")])
+    await rh.run(run_request(agent, [inbound(rh.db, agent, "hi")]))
+
+    result = _ingest(rh, agent, "/compact", f"false_{agent.chat_id}_C3", from_me=False)
+
+    assert result.reason is None and result.dispatched and result.message_id is not None
+    assert _outbox(rh, agent, Topics.RUN_REQUESTED) == []
+    (dispatched,) = _outbox(rh, agent, Topics.DISPATCH_REQUESTED)
+    assert dispatched.message.text == "/compact" and not dispatched.message.from_me
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        assert session.get(Message, result.message_id) is not None
 
 
 async def test_compact_where_no_agent_ever_ran_has_nothing_to_compact(rh: RunnerHarness) -> None:
