@@ -33,6 +33,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
+from services.runner.attachments import model_text
 from services.runner.budget import ModelPrice
 from services.runner.label_filter import CLASSIFICATION_MISMATCH, redispatches
 from services.runner.outcome import Classification, LoopOutcome, RunFailure
@@ -211,9 +212,10 @@ SELECT
     ARRAY(SELECT m.id FROM messages AS m
           WHERE m.org_id = :org_id AND m.id = ANY(CAST(:message_ids AS uuid[]))) AS known_message_ids,
     CASE WHEN c.id IS NOT NULL AND v.history_message_window > 0 THEN (
-        SELECT json_agg(json_build_array(h.id, h.direction, h.body, h.occurred_at) ORDER BY h.occurred_at DESC)
-        FROM (SELECT m.id, m.direction, m.body, m.occurred_at FROM messages AS m
-              WHERE m.org_id = :org_id AND m.conversation_id = c.id AND m.body <> ''
+        SELECT json_agg(json_build_array(h.id, h.direction, h.body, h.occurred_at, h.content_type)
+                        ORDER BY h.occurred_at DESC)
+        FROM (SELECT m.id, m.direction, m.body, m.occurred_at, m.content_type FROM messages AS m
+              WHERE m.org_id = :org_id AND m.conversation_id = c.id AND (m.body <> '' OR m.content_type <> 'text')
               ORDER BY m.occurred_at DESC
               LIMIT v.history_message_window + :message_count + 1) AS h
     ) END AS history{extra}
@@ -454,8 +456,8 @@ class RunStore:
                 summary=col["c_summary"],
             )
         recent = tuple(
-            HistoryItem(uuid.UUID(item_id), direction, body, datetime.fromisoformat(at))
-            for item_id, direction, body, at in col["history"] or ()
+            HistoryItem(uuid.UUID(item_id), direction, model_text(kind, body), datetime.fromisoformat(at))
+            for item_id, direction, body, at, kind in col["history"] or ()
         )
         subject = RunSubject(
             request=request,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from services.runner.attachments import model_text
 from switchboard.contracts import RunRequested
 from switchboard.tool_catalog import FOLLOWUP_CREATION_TOOLS, REQUEST_HUMAN_HANDOFF
 
@@ -99,8 +100,10 @@ class RunSubject:
 
     @property
     def inbound_text(self) -> str:
-        """The customer messages this run answers, oldest first."""
-        return "\n".join(m.text for m in self.request.messages if m.text)
+        """The customer messages this run answers, oldest first, as the model reads them
+        (an attachment is a note of what was sent: ``attachments.model_text``)."""
+        texts = (model_text(m.content_type.value, m.text) for m in self.request.messages)
+        return "\n".join(t for t in texts if t)
 
     @property
     def command_text(self) -> str | None:
@@ -112,5 +115,5 @@ class RunSubject:
         start billed autonomous work or switch the conversation's mode (docs/agent-context.md)."""
         messages = self.request.messages
         if self.request.dry_run or (messages and all(m.from_me for m in messages)):
-            return self.inbound_text
+            return "\n".join(m.text for m in messages if m.text)
         return None

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from sqlalchemy import select, tuple_, update
+from sqlalchemy import or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from services.runner.attachments import TEXT, model_text
 from services.runner.budget import ModelPrice
 from services.runner.context import history_window
 from services.runner.pii import Pseudonymizer
@@ -222,13 +223,15 @@ class ThreadSummarizer:
                 else Coverage(None, None, 0)
             )
             # Messages with a text, as the prompt's history counts them (an empty one has nothing to summarize).
-            base = select(Message.id, Message.direction, Message.body, Message.occurred_at).where(
+            base = select(
+                Message.id, Message.direction, Message.body, Message.occurred_at, Message.content_type
+            ).where(
                 Message.org_id == request.org_id,
                 Message.conversation_id == request.conversation_id,
-                Message.body != "",
+                or_(Message.body != "", Message.content_type != TEXT),
             )
             recent = [
-                HistoryItem(r.id, r.direction, r.body or "", r.occurred_at)
+                HistoryItem(r.id, r.direction, model_text(r.content_type, r.body or ""), r.occurred_at)
                 for r in await session.execute(
                     base.order_by(Message.occurred_at.desc(), Message.id.desc()).limit(
                         version.history_message_window + 1
@@ -253,7 +256,7 @@ class ThreadSummarizer:
             used += min(len(r.body or ""), MAX_MESSAGE_CHARS)
             if batch and used > MAX_BATCH_CHARS:
                 break
-            batch.append(HistoryItem(r.id, r.direction, r.body or "", r.occurred_at))
+            batch.append(HistoryItem(r.id, r.direction, model_text(r.content_type, r.body or ""), r.occurred_at))
         return coverage, batch
 
     async def _store(

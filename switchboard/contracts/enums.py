@@ -151,6 +151,18 @@ class AgentVersionStatus(StrEnum):
     ARCHIVED = "archived"
 
 
+class MessageContentType(StrEnum):
+    """What a customer message is: text, or the kind of attachment (its caption is the text)."""
+
+    TEXT = "text"
+    IMAGE = "image"
+    AUDIO = "audio"
+    VIDEO = "video"
+    DOCUMENT = "document"
+    LOCATION = "location"
+    OTHER = "other"
+
+
 class Weekday(StrEnum):
     """Day of the week of a business-hours window."""
 

@@ -32,6 +32,7 @@ from switchboard.contracts.enums import (
     HandoffTrigger,
     InsightKind,
     InsightStatus,
+    MessageContentType,
     PublishedChange,
     RunEventType,
     RunStatus,
@@ -119,6 +120,7 @@ class InboundMessage(_Model):
     received_at: Timestamp
     from_me: bool = False
     is_group: bool = False
+    content_type: MessageContentType = MessageContentType.TEXT
 
 
 class WakeContext(_Model):

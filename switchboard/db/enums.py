@@ -19,6 +19,7 @@ from switchboard.contracts.enums import (
     ErrorFamily,
     InsightKind,
     InsightStatus,
+    MessageContentType,
     RunStatus,
     WakeReason,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "ErrorFamily",
     "InsightKind",
     "InsightStatus",
+    "MessageContentType",
     "RunStatus",
     "RunVitality",
     "WakeReason",
@@ -93,16 +95,6 @@ class MessageSender(StrEnum):
     AGENT = "agent"
     HUMAN = "human"
     SYSTEM = "system"
-
-
-class MessageContentType(StrEnum):
-    TEXT = "text"
-    IMAGE = "image"
-    AUDIO = "audio"
-    VIDEO = "video"
-    DOCUMENT = "document"
-    LOCATION = "location"
-    OTHER = "other"
 
 
 class MessageDeliveryStatus(StrEnum):

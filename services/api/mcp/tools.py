@@ -115,6 +115,7 @@ class CrmTools:
                     "message_id": str(m.id),
                     "direction": m.direction,
                     "sender": m.sender,
+                    "content_type": m.content_type,  # an attachment's text is its caption
                     "text": m.body,
                     "at": _iso(m.occurred_at),
                 }

@@ -8,6 +8,7 @@ signature is verified, so an unauthenticated caller learns nothing beyond
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Any
 
@@ -30,6 +31,17 @@ class WahaEvent(BaseModel):
     payload: dict[str, Any] = Field(description="Event-specific; for messages see `WahaMessage`")
 
 
+def _coordinate(value: object) -> float | None:
+    """A latitude or longitude as engines send it: a number, or a number in a string."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 class WahaMessage(BaseModel):
     """``payload`` of a ``message`` / ``message.any`` event."""
 
@@ -44,8 +56,19 @@ class WahaMessage(BaseModel):
     participant: str | None = Field(default=None, max_length=200, description="Sender inside a group chat")
     has_media: bool = Field(default=False, alias="hasMedia")
     media: dict[str, Any] | None = None
+    location: dict[str, Any] | None = Field(default=None, description="A shared location: latitude, longitude")
     # The engine's raw message: WEBJS puts the sender's WhatsApp name in ``notifyName``, NOWEB in ``pushName``.
     engine_data: dict[str, Any] | None = Field(default=None, alias="_data")
+
+    @property
+    def location_text(self) -> str | None:
+        """A shared location as text ("description (latitude, longitude)"); None when none was shared."""
+        location = self.location or {}
+        lat, lng = _coordinate(location.get("latitude")), _coordinate(location.get("longitude"))
+        if lat is None or lng is None:
+            return None
+        place = " ".join(str(location.get(k) or "").strip() for k in ("name", "description", "address"))
+        return f"{' '.join(place.split())} ({lat}, {lng})".strip()
 
     @property
     def sender_name(self) -> str | None:

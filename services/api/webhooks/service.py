@@ -188,6 +188,8 @@ def _occurred_at(timestamp: float | None) -> datetime:
 
 
 def _content_type(message: WahaMessage) -> MessageContentType:
+    if message.location_text is not None:
+        return MessageContentType.LOCATION
     if not message.has_media:
         return MessageContentType.TEXT
     mimetype = str((message.media or {}).get("mimetype") or "")
@@ -260,6 +262,9 @@ def ingest_message(
         attributes["participant"] = message.participant
     if message.has_media:
         attributes["has_media"] = True
+    content_type = _content_type(message)
+    # A location's text is where it is (WEBJS puts a thumbnail in ``body``); an attachment's is its caption.
+    body = message.location_text if content_type is MessageContentType.LOCATION else message.body
     ingested = repository.ingest(
         session,
         org_id=org_id,
@@ -275,8 +280,8 @@ def ingest_message(
         direction=(MessageDirection.OUTBOUND if from_me else MessageDirection.INBOUND).value,
         sender=(MessageSender.HUMAN if from_me else MessageSender.CONTACT).value,
         external_id=message.id,
-        body=message.body or "",
-        content_type=_content_type(message).value,
+        body=body or "",
+        content_type=content_type.value,
         from_me=from_me,
         delivery_status=(MessageDeliveryStatus.SENT if from_me else MessageDeliveryStatus.RECEIVED).value,
         occurred_at=occurred_at,
@@ -310,10 +315,11 @@ def ingest_message(
             message_id=message_id,
             external_id=message.id,
             chat_id=chat_id,
-            text=message.body or "",
+            text=body or "",
             received_at=occurred_at,
             from_me=from_me,
             is_group=False,
+            content_type=content_type,
         ),
         dry_run=False,
     )

@@ -595,3 +595,38 @@ async def test_the_channels_echo_of_a_platform_reply_is_not_stored_twice(
     )
     assert stale.external_id is None
     assert dispatch_rows(session, conversation_id)[1:] == []  # only the customer's message was dispatched
+
+
+async def test_attachments_and_locations_are_stored_and_dispatched_with_their_kind(
+    client: httpx.AsyncClient, org: OrgHandle, api_settings: ApiSettings, db: Callable[[uuid.UUID], Session]
+) -> None:
+    """The kind travels with the dispatch (the runner tells the model what was sent); the text is the
+    caption, and a location's text is where it is, not the engine's thumbnail in ``body``."""
+    channel = await connect_channel(client, org)
+    chat = "5511922221111@c.us"
+    photo = message_event(channel, chat=chat, body="")
+    photo["payload"].update(hasMedia=True, media={"mimetype": "image/jpeg", "url": "http://waha/files/1.jpg"})
+    voice = message_event(channel, chat=chat, body="")
+    voice["payload"].update(hasMedia=True, media={"mimetype": "audio/ogg; codecs=opus"})
+    place = message_event(channel, chat=chat, body="/9j/4AAQSkZJRgABAQAAAQABAAD")
+    place["payload"]["location"] = {"latitude": "-23.5613", "longitude": -46.6565, "description": "Av. Paulista"}
+    for event in (photo, voice, place):
+        response = await deliver(client, encode(event), channel.secret)
+        assert response.json()["data"]["dispatched"] is True, response.text
+
+    session = db(org.org_id)
+    stored = [messages(session, channel, e["payload"]["id"])[0] for e in (photo, voice, place)]
+    assert [(m.content_type, m.body) for m in stored] == [
+        ("image", ""),
+        ("audio", ""),
+        ("location", "Av. Paulista (-23.5613, -46.6565)"),
+    ]
+    serde = Serde.from_settings(api_settings.kafka)
+    records = [
+        serde.decode(Topics.DISPATCH_REQUESTED, r.payload) for r in dispatch_rows(session, stored[0].conversation_id)
+    ]
+    assert [(r.message.content_type.value, r.message.text) for r in records] == [  # type: ignore[attr-defined]
+        ("image", ""),
+        ("audio", ""),
+        ("location", "Av. Paulista (-23.5613, -46.6565)"),
+    ]

@@ -43,7 +43,7 @@ from switchboard.contracts import (
     Topics,
     WakeContext,
 )
-from switchboard.contracts.enums import SteeringKind, WakeReason
+from switchboard.contracts.enums import MessageContentType, SteeringKind, WakeReason
 from switchboard.credentials import ProviderSettings, seal_api_key
 from switchboard.crypto import KeyRing
 from switchboard.db.models import (
@@ -199,11 +199,18 @@ def allow_auto(engine: Engine, agent: Agent, tool_id: str) -> None:
 
 
 def inbound(
-    engine: Engine, agent: Agent, body: str, *, direction: str = "inbound", from_me: bool = False
+    engine: Engine,
+    agent: Agent,
+    body: str,
+    *,
+    direction: str = "inbound",
+    from_me: bool = False,
+    content_type: MessageContentType = MessageContentType.TEXT,
 ) -> InboundMessage:
     """Store a message of the conversation (as ingest would) and return it as a run input.
 
-    ``from_me``: the business wrote it from its own phone (an outbound message by a person)."""
+    ``from_me``: the business wrote it from its own phone (an outbound message by a person).
+    ``content_type``: an attachment, whose caption is ``body``."""
     now = datetime.now(UTC)
     if from_me:
         direction, sender = "outbound", "human"
@@ -219,6 +226,7 @@ def inbound(
             from_me=from_me,
             external_id=f"wamid.{uuid.uuid4().hex}",
             body=body,
+            content_type=content_type.value,
             occurred_at=now,
         )
         session.add(message)
@@ -230,6 +238,7 @@ def inbound(
             text=body,
             received_at=now,
             from_me=from_me,
+            content_type=content_type,
         )
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from services.runner.context import LITERAL_HISTORY_WINDOW_CHARS
+from switchboard.contracts.enums import MessageContentType
 from switchboard.db.models import Message
 from switchboard.db.session import tenant_transaction
 from switchboard.tool_catalog import CONVERSATION_HISTORY, SEND_WHATSAPP_MESSAGE
@@ -101,3 +102,25 @@ async def test_long_history_window_holds_and_the_history_tool_returns_older_mess
     assert row.prompt["tools"] == [CONVERSATION_HISTORY]
     for body in bodies:
         assert SEND_WHATSAPP_MESSAGE not in body
+
+
+async def test_an_attachment_reaches_the_model_as_a_note_of_what_was_sent(rh: RunnerHarness) -> None:
+    """A photo without a caption used to be an empty message: the model was told nothing new had come.
+    Now the new message and the history say what was attached, with the caption when there is one."""
+    agent = create_agent(rh.db)
+    inbound(rh.db, agent, "", content_type=MessageContentType.AUDIO)  # an earlier voice note, no text
+    inbound(rh.db, agent, "Av. Paulista 1000 (-23.56, -46.65)", content_type=MessageContentType.LOCATION)
+    photo = inbound(rh.db, agent, "", content_type=MessageContentType.IMAGE)
+    invoice = inbound(rh.db, agent, "my invoice", content_type=MessageContentType.DOCUMENT)
+    rh.fake.script([Reply(text="Thanks, I cannot open attachments; could you describe it?")])
+    before = len(rh.fake.received)
+
+    row = await rh.run(run_request(agent, [photo, invoice]))
+
+    assert row.status == "completed", (row.error_code, row.error_message)
+    (sent,) = [json.dumps(r.body) for r in rh.fake.received[before:]]
+    assert "[sent an image; its content is not available to you]" in sent
+    assert "[sent a document; its content is not available to you] my invoice" in sent
+    assert "[sent an audio message; its content is not available to you]" in sent  # the history
+    assert "[shared a location: Av. Paulista 1000 (-23.56, -46.65)]" in sent
+    assert "No new customer message" not in sent

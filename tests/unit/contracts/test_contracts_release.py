@@ -41,14 +41,15 @@ def test_a_compatible_change_is_released_with_the_next_global_id(schemas_copy: P
     )
     before = CatalogRegistry(schemas_copy)
     top_id = max(e.schema_id for vs in before.entries().values() for e in vs)
-    assert plan_release(Topics.STEERING, schemas_copy).next_version == 2
+    released = len(before.versions(Topics.STEERING.subject))
+    assert plan_release(Topics.STEERING, schemas_copy).next_version == released + 1
     assert main(["steering"]) == 0
     after = CatalogRegistry(schemas_copy)
-    v1, v2 = after.versions(Topics.STEERING.subject)
-    assert (v2.version, v2.schema_id) == (2, top_id + 1)
-    assert (schemas_copy / "released" / "steering" / "v2.avsc").is_file()
-    assert after.id_for(Topics.STEERING.subject, Topics.STEERING.load_schema(schemas_copy)) == v2.schema_id
-    assert after.schema_by_id(v1.schema_id) != after.schema_by_id(v2.schema_id)
+    *_, previous, new = after.versions(Topics.STEERING.subject)
+    assert (new.version, new.schema_id) == (released + 1, top_id + 1)
+    assert (schemas_copy / "released" / "steering" / f"v{released + 1}.avsc").is_file()
+    assert after.id_for(Topics.STEERING.subject, Topics.STEERING.load_schema(schemas_copy)) == new.schema_id
+    assert after.schema_by_id(previous.schema_id) != after.schema_by_id(new.schema_id)
 
 
 def test_an_incompatible_change_is_refused(schemas_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
