@@ -71,8 +71,9 @@ RETURNING id
 ).bindparams(*(bindparam(n, type_=_UUID) for n in ("id", "org_id", "run_id", "message_id")))
 
 # What the channel answered, on the claim, the message and (for the reply) the run: one statement.
-# WAHA echoes our own message as a webhook; ingest may have stored that echo first, holding the
-# external id — then ours keeps none.
+# WAHA echoes our own message as a webhook; ingest matches the echo to this message and may have
+# given it the external id first (docs/api.md "Echoes"). A receipt ingested meanwhile (delivered,
+# read) is the channel's word and stays: the send's answer never moves a status back.
 _RECORD_OUTCOME = text(
     """
 WITH delivery AS (
@@ -82,7 +83,9 @@ WITH delivery AS (
     WHERE org_id = :org_id AND message_id = :message_id
 ), message AS (
     UPDATE messages AS m
-    SET delivery_status = :message_status, delivery_error = :error_code, updated_at = now(),
+    SET delivery_status = CASE WHEN m.delivery_status IN ('delivered', 'read') THEN m.delivery_status
+                               ELSE :message_status END,
+        delivery_error = :error_code, updated_at = now(),
         external_id = CASE
             WHEN CAST(:external_id AS text) IS NOT NULL AND NOT EXISTS (
                 SELECT 1 FROM messages AS other

@@ -76,7 +76,7 @@ class WebhookSetup(BaseModel):
     """How to configure the WAHA session's webhook so Switchboard accepts its deliveries."""
 
     path: str = WEBHOOK_PATH
-    events: list[str] = ["message", "message.any", "session.status"]
+    events: list[str] = ["message", "message.any", "message.ack", "session.status"]
     hmac_algorithm: Literal["sha512"] = "sha512"
     signature_header: str = "X-Webhook-Hmac"
 

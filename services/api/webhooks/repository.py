@@ -261,6 +261,34 @@ def message_id_by_external(
     ).one_or_none()
 
 
+# Receipts arrive out of order and more than once: a status only moves forward
+# (pending < sent < delivered < read); an error only marks a message not yet delivered.
+_DELIVERY_PROGRESS = "ARRAY['pending', 'sent', 'delivered', 'read']"
+_ADVANCE_DELIVERY = text(
+    f"""
+UPDATE messages AS m SET delivery_status = :status, updated_at = now()
+WHERE m.org_id = :org_id AND m.channel_session_id = :channel_session_id AND m.external_id = :external_id
+  AND m.direction = 'outbound'
+  AND CASE WHEN :status = 'failed' THEN m.delivery_status IN ('pending', 'sent')
+           ELSE coalesce(array_position({_DELIVERY_PROGRESS}, m.delivery_status), 0)
+                < array_position({_DELIVERY_PROGRESS}, CAST(:status AS text)) END
+RETURNING m.id
+"""
+).bindparams(
+    bindparam("org_id", type_=PG_UUID(as_uuid=True)), bindparam("channel_session_id", type_=PG_UUID(as_uuid=True))
+)
+
+
+def advance_delivery_status(
+    session: Session, *, org_id: uuid.UUID, channel_session_id: uuid.UUID, external_id: str, status: str
+) -> uuid.UUID | None:
+    """The own message whose delivery status this receipt moved forward; None when it moved none."""
+    return session.scalars(
+        _ADVANCE_DELIVERY,
+        {"org_id": org_id, "channel_session_id": channel_session_id, "external_id": external_id, "status": status},
+    ).one_or_none()
+
+
 def set_session_status(session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID, status: str) -> None:
     session.execute(
         update(ChannelSession)

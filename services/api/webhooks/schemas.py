@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 # Events whose payload is a message; ``message.any`` also carries the business's own messages.
 MESSAGE_EVENTS = frozenset({"message", "message.any"})
 SESSION_STATUS_EVENT = "session.status"
+# The channel's receipt for a message the business's number sent: server, device, read, played, or an error.
+ACK_EVENT = "message.ack"
 
 
 class WahaEvent(BaseModel):
@@ -89,6 +91,20 @@ class WahaSessionStatus(BaseModel):
     status: str = Field(min_length=1, max_length=50)
 
 
+class WahaAck(BaseModel):
+    """``payload`` of a ``message.ack`` event: which own message, and how far it got."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    id: str = Field(min_length=1, max_length=256, description="The channel's id of the message acknowledged")
+    ack: int | None = Field(
+        default=None, ge=-1, le=4, description="-1 error, 0 pending, 1 server, 2 device, 3 read, 4 played"
+    )
+    ack_name: str | None = Field(
+        default=None, alias="ackName", max_length=20, description="ERROR, PENDING, SERVER, DEVICE, READ, PLAYED"
+    )
+
+
 class WebhookResult(BaseModel):
     """What ingest did: ``reason`` says why nothing was dispatched (null when dispatched)."""
 
@@ -99,5 +115,6 @@ class WebhookResult(BaseModel):
         default=None,
         description="`duplicate`, `echo` (the channel's copy of a message the platform sent), `group`, `from_me`,"
         " `human_handoff`, `broadcast`, `session_status`, `event_ignored`,"
-        " `slash_todo` (a /todo item was added instead of storing a message)",
+        " `slash_todo` (a /todo item was added instead of storing a message), `delivery_ack` (a receipt;"
+        " `message_id` is the message it advanced, null when none did)",
     )

@@ -32,8 +32,10 @@ from services.api.channels.service import open_sealed
 from services.api.core.errors import Unauthorized, ValidationFailed
 from services.api.webhooks import repository, slash
 from services.api.webhooks.schemas import (
+    ACK_EVENT,
     MESSAGE_EVENTS,
     SESSION_STATUS_EVENT,
+    WahaAck,
     WahaEvent,
     WahaMessage,
     WahaSessionStatus,
@@ -73,6 +75,15 @@ _WAHA_STATUSES = {
     "STOPPED": ChannelSessionStatus.STOPPED,
     "FAILED": ChannelSessionStatus.FAILED,
 }
+# WAHA's ack levels: 1 server, 2 device, 3 read, 4 played (a voice note listened to), -1 error.
+_ACK_LEVELS = {
+    -1: MessageDeliveryStatus.FAILED,
+    1: MessageDeliveryStatus.SENT,
+    2: MessageDeliveryStatus.DELIVERED,
+    3: MessageDeliveryStatus.READ,
+    4: MessageDeliveryStatus.READ,
+}
+_ACK_NAMES = {"ERROR": -1, "PENDING": 0, "SERVER": 1, "DEVICE": 2, "READ": 3, "PLAYED": 4}
 # A secret no session has: unknown sessions still pay for one HMAC, so timing says little.
 _DECOY_SECRET = b"switchboard-decoy-webhook-secret"
 
@@ -136,6 +147,8 @@ def handle_delivery(session: Session, *, keyring: KeyRing, serde: Serde, deliver
         return ingest_message(session, route=route, event=event, serde=serde, request_id=delivery.request_id)
     if event.event == SESSION_STATUS_EVENT:
         return record_session_status(session, route=route, event=event)
+    if event.event == ACK_EVENT:
+        return record_delivery_ack(session, route=route, event=event)
     return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="event_ignored")
 
 
@@ -158,6 +171,29 @@ def record_session_status(session: Session, *, route: ChannelSessionRoute, event
         return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="event_ignored")
     repository.set_session_status(session, route.org_id, route.channel_session_id, status.value)
     return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="session_status")
+
+
+def record_delivery_ack(session: Session, *, route: ChannelSessionRoute, event: WahaEvent) -> WebhookResult:
+    """Move an own message's ``delivery_status`` forward: the inbox shows what was delivered and read.
+
+    A receipt for a message not (yet) known by its channel id changes nothing: the notifier
+    stores the id when the send answers, and the next receipt finds it."""
+    try:
+        payload = WahaAck.model_validate(event.payload)
+    except ValidationError as exc:
+        raise _invalid("message.ack", exc) from exc
+    level = payload.ack if payload.ack is not None else _ACK_NAMES.get((payload.ack_name or "").upper())
+    status = _ACK_LEVELS.get(level) if level is not None else None
+    advanced = None
+    if status is not None:
+        advanced = repository.advance_delivery_status(
+            session,
+            org_id=route.org_id,
+            channel_session_id=route.channel_session_id,
+            external_id=payload.id,
+            status=status.value,
+        )
+    return WebhookResult(message_id=advanced, dispatched=False, duplicate=False, reason="delivery_ack")
 
 
 def _is_run_command(text: str | None) -> bool:

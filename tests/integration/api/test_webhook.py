@@ -530,7 +530,14 @@ async def test_a_message_with_nul_characters_is_stored_without_them(
 
 
 def _platform_reply(
-    session: Session, channel: Channel, conversation_id: uuid.UUID, body: str, *, age_s: int
+    session: Session,
+    channel: Channel,
+    conversation_id: uuid.UUID,
+    body: str,
+    *,
+    age_s: int,
+    external_id: str | None = None,
+    delivery_status: str = "pending",
 ) -> Message:
     """An agent's reply as the notifier stores it before calling the channel: no channel id yet."""
     row = Message(
@@ -540,8 +547,9 @@ def _platform_reply(
         direction="outbound",
         sender="agent",
         dedupe_key=f"reply:{uuid.uuid4()}",
+        external_id=external_id,
         body=body,
-        delivery_status="pending",
+        delivery_status=delivery_status,
     )
     session.add(row)
     session.flush()
@@ -630,3 +638,72 @@ async def test_attachments_and_locations_are_stored_and_dispatched_with_their_ki
         ("audio", ""),
         ("location", "Av. Paulista (-23.5613, -46.6565)"),
     ]
+
+
+def _ack(channel: Channel, message_id: str, ack: int | None, ack_name: str | None = None) -> bytes:
+    payload: dict[str, Any] = {"id": message_id, "from": "5511900000000@c.us", "fromMe": True}
+    if ack is not None:
+        payload["ack"] = ack
+    if ack_name is not None:
+        payload["ackName"] = ack_name
+    return encode({"event": "message.ack", "session": channel.name, "payload": payload})
+
+
+async def test_delivery_receipts_move_an_own_message_forward_never_back(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
+) -> None:
+    """``message.ack``: the inbox shows whether a reply was delivered and read. Receipts come out of
+    order and repeated; a status only moves forward, and a customer's message is never touched."""
+    channel = await connect_channel(client, org)
+    opening = message_event(channel, chat="5511911110000@c.us", body="Oi")
+    opened = (await deliver(client, encode(opening), channel.secret)).json()["data"]
+    session = db(org.org_id)
+    conversation_id = session.get(Message, uuid.UUID(opened["message_id"])).conversation_id  # type: ignore[union-attr]
+    reply = _platform_reply(
+        session,
+        channel,
+        conversation_id,
+        "Olá!",
+        age_s=1,
+        external_id="true_5511911110000@c.us_R1",
+        delivery_status="sent",
+    )
+    failing = _platform_reply(
+        session,
+        channel,
+        conversation_id,
+        "Até logo",
+        age_s=1,
+        external_id="true_5511911110000@c.us_R2",
+        delivery_status="sent",
+    )
+
+    async def status_after(raw: bytes) -> tuple[str | None, str]:
+        data = (await deliver(client, raw, channel.secret)).json()["data"]
+        assert data["reason"] == "delivery_ack" and data["dispatched"] is False
+        session.expire_all()
+        row = session.get(Message, reply.id)
+        assert row is not None
+        return data["message_id"], row.delivery_status
+
+    moved = str(reply.id)
+    assert await status_after(_ack(channel, reply.external_id or "", 2)) == (moved, "delivered")
+    assert await status_after(_ack(channel, reply.external_id or "", 1)) == (None, "delivered")  # late: stays
+    assert await status_after(_ack(channel, reply.external_id or "", None, "READ")) == (moved, "read")
+    assert await status_after(_ack(channel, reply.external_id or "", 4)) == (None, "read")  # played is read
+    assert await status_after(_ack(channel, reply.external_id or "", -1)) == (None, "read")  # read beats an error
+    assert await status_after(_ack(channel, "true_unknown_message", 3)) == (None, "read")
+    # An error marks a message not yet delivered; the customer's own message has no receipts of ours.
+    await deliver(client, _ack(channel, failing.external_id or "", -1), channel.secret)
+    await deliver(client, _ack(channel, opening["payload"]["id"], 3), channel.secret)
+    session.expire_all()
+    assert session.get(Message, failing.id).delivery_status == "failed"  # type: ignore[union-attr]
+    assert session.get(Message, uuid.UUID(opened["message_id"])).delivery_status == "received"  # type: ignore[union-attr]
+    shown = await client.get(f"/api/v1/conversations/{conversation_id}/messages", headers=org.headers())
+    assert {m["body"]: m["delivery_status"] for m in shown.json()["data"]} == {
+        "Oi": "received",
+        "Olá!": "read",
+        "Até logo": "failed",
+    }
+    bad = await deliver(client, _ack(channel, reply.external_id or "", 9), channel.secret)
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "validation_error"

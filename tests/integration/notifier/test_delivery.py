@@ -9,13 +9,16 @@ from datetime import date
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from scripts.channel_server import ChannelServer
 from services.notifier.handlers import Hooks
 from services.notifier.store import Claimed
 from switchboard.contracts import Insight, InsightKind, Record, RunStatus, Topics, TopicSpec
 from switchboard.contracts.enums import InsightStatus
+from switchboard.db.models import Message
 from tests.integration.notifier.conftest import RunningNotifier, World, eventually
+from tests.support.agents import tenant_session
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +74,26 @@ async def test_restart_between_send_and_ack_does_not_resend(
     await publish(Topics.RUN_COMPLETED, marker)
     await eventually(lambda: _statuses(world, marker.run_id), lambda s: s == ["sent"])
     assert [s.text for s in channel.received] == ["Olá! Posso ajudar.", "marker"]
+
+
+async def test_a_receipt_ingested_during_the_send_is_not_moved_back_by_its_answer(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    """WAHA may deliver the reply's receipt (``message.ack``: delivered) before the send's own answer is
+    recorded. The answer says only "sent": the receipt is the channel's word and stays."""
+    completed = world.run()
+
+    async def receipt_arrives(claimed: Claimed) -> None:
+        with tenant_session(world.org) as session:  # what ingest's message.ack did meanwhile
+            session.execute(update(Message).where(Message.id == claimed.message_id).values(delivery_status="delivered"))
+
+    await start_notifier(Hooks(after_send=receipt_arrives))
+    await publish(Topics.RUN_COMPLETED, completed)
+
+    await eventually(lambda: _statuses(world, completed.run_id), lambda s: s == ["sent"])
+    [reply] = world.outbound(completed.run_id)
+    assert reply.delivery_status == "delivered"
+    assert reply.external_id is not None and reply.external_id.startswith("true_")  # the answer's id
 
 
 async def test_restart_after_claim_before_send_never_sends(
