@@ -222,7 +222,7 @@ class ThreadSummarizer:
                 if row
                 else Coverage(None, None, 0)
             )
-            # Messages with a text or an attachment, as the prompt's history counts them (an empty one has nothing to say).
+            # Messages with a text or an attachment, as the prompt's history counts them.
             base = select(Message.id, Message.direction, Message.body, Message.occurred_at, Message.content_type).where(
                 Message.org_id == request.org_id,
                 Message.conversation_id == request.conversation_id,
