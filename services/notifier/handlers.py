@@ -8,7 +8,9 @@
   version's ``handoff_message``), sent once like a reply.
 - ``handoff_triggered`` (not dry): assign the conversation to humans and notify the org's
   outgoing webhook (in the background: ``notifications.py``).
-- ``insights`` whose key starts with ``budget_incident:``: notify the org's webhook once per key.
+- ``insights`` whose key starts with ``budget_incident:`` (the brief's budget incidents) or
+  ``channel_down:`` (the API saw a WhatsApp number disconnect): notify the org's webhook once
+  per key, as ``budget.incident`` or ``channel.disconnected``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from switchboard.observability.logging import get_logger
 log = get_logger(__name__)
 
 BUDGET_INCIDENT_PREFIX = "budget_incident:"
+CHANNEL_DOWN_PREFIX = "channel_down:"
+# Insights the org's webhook hears of, by key prefix: the event type it receives.
+NOTIFIED_INSIGHTS = {BUDGET_INCIDENT_PREFIX: "budget.incident", CHANNEL_DOWN_PREFIX: "channel.disconnected"}
 
 Hook = Callable[[Claimed], Awaitable[None]]
 
@@ -229,7 +234,8 @@ class NotifierHandlers:
         ):
             await self.on_action_approved(insight)
             return
-        if not insight.insight_key.startswith(BUDGET_INCIDENT_PREFIX):
+        event_type = next((t for p, t in NOTIFIED_INSIGHTS.items() if insight.insight_key.startswith(p)), None)
+        if event_type is None:
             return
         payload = {
             "insight_key": insight.insight_key,
@@ -240,7 +246,7 @@ class NotifierHandlers:
             "agent_id": None if insight.agent_id is None else str(insight.agent_id),
         }
         notification = await self._store.claim_notification(
-            insight.org_id, f"insight:{insight.insight_key}", "budget.incident", payload
+            insight.org_id, f"insight:{insight.insight_key}", event_type, payload
         )
         if notification is not None:
             self.notifications.submit(insight.org_id, notification)

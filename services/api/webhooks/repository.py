@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, DateTime, Text, bindparam, select, text, update
+from sqlalchemy import Boolean, DateTime, Text, bindparam, select, text
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.orm import Session
 
 from switchboard.db.lookups import ChannelSessionRoute
-from switchboard.db.models.channels import ChannelSession, Message
+from switchboard.db.models.channels import Message
 from switchboard.db.tenancy import TENANT_SETTING
 
 # ``lookup_channel_session`` (SECURITY DEFINER, works before the org is known) and
@@ -289,9 +289,34 @@ def advance_delivery_status(
     ).one_or_none()
 
 
-def set_session_status(session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID, status: str) -> None:
-    session.execute(
-        update(ChannelSession)
-        .where(ChannelSession.org_id == org_id, ChannelSession.id == channel_session_id)
-        .values(status=status)
-    )
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """A session's status before a ``session.status`` report, and what names it to the owner."""
+
+    previous: str
+    label: str
+    phone_number: str | None
+
+
+# The old status comes from the row locked by the same statement: concurrent reports serialize,
+# and exactly one of them sees the transition.
+_SET_SESSION_STATUS = text(
+    """
+UPDATE channel_sessions AS cs SET status = :status, updated_at = now()
+FROM (SELECT id, status FROM channel_sessions
+      WHERE org_id = :org_id AND id = :channel_session_id FOR UPDATE) AS old
+WHERE cs.id = old.id
+RETURNING old.status AS previous, cs.label, cs.phone_number
+"""
+).bindparams(
+    bindparam("org_id", type_=PG_UUID(as_uuid=True)), bindparam("channel_session_id", type_=PG_UUID(as_uuid=True))
+)
+
+
+def set_session_status(
+    session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID, status: str
+) -> StatusChange | None:
+    row = session.execute(
+        _SET_SESSION_STATUS, {"org_id": org_id, "channel_session_id": channel_session_id, "status": status}
+    ).one_or_none()
+    return None if row is None else StatusChange(row.previous, row.label, row.phone_number)

@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from services.api.channels import alerts
 from services.api.channels.service import open_sealed
 from services.api.core.errors import Unauthorized, ValidationFailed
 from services.api.webhooks import repository, slash
@@ -146,7 +147,7 @@ def handle_delivery(session: Session, *, keyring: KeyRing, serde: Serde, deliver
     if event.event in MESSAGE_EVENTS:
         return ingest_message(session, route=route, event=event, serde=serde, request_id=delivery.request_id)
     if event.event == SESSION_STATUS_EVENT:
-        return record_session_status(session, route=route, event=event)
+        return record_session_status(session, route=route, event=event, serde=serde, request_id=delivery.request_id)
     if event.event == ACK_EVENT:
         return record_delivery_ack(session, route=route, event=event)
     return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="event_ignored")
@@ -160,8 +161,11 @@ def _invalid(what: str, exc: ValidationError) -> ValidationFailed:
     return ValidationFailed(f"The {what} payload is invalid", details={"errors": problems})
 
 
-def record_session_status(session: Session, *, route: ChannelSessionRoute, event: WahaEvent) -> WebhookResult:
-    """Follow WAHA's session state: only ``working`` sessions can be bound when an agent is published."""
+def record_session_status(
+    session: Session, *, route: ChannelSessionRoute, event: WahaEvent, serde: Serde, request_id: str | None
+) -> WebhookResult:
+    """Follow WAHA's session state: only ``working`` sessions can be bound when an agent is published.
+    A working session going down is announced to the owner (``channels.alerts``)."""
     try:
         payload = WahaSessionStatus.model_validate(event.payload)
     except ValidationError as exc:
@@ -169,7 +173,22 @@ def record_session_status(session: Session, *, route: ChannelSessionRoute, event
     status = _WAHA_STATUSES.get(payload.status.upper())
     if status is None:
         return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="event_ignored")
-    repository.set_session_status(session, route.org_id, route.channel_session_id, status.value)
+    change = repository.set_session_status(session, route.org_id, route.channel_session_id, status.value)
+    if change is not None and alerts.is_disconnection(change.previous, status):
+        alerts.announce_disconnected(
+            session,
+            serde,
+            org_id=route.org_id,
+            channel_session_id=route.channel_session_id,
+            label=change.label,
+            phone_number=change.phone_number,
+            status=status,
+            request_id=request_id,
+        )
+        log.warning(
+            "channel session disconnected",
+            extra={"organization_id": str(route.org_id), "channel_session_id": str(route.channel_session_id)},
+        )
     return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="session_status")
 
 

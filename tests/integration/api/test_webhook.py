@@ -707,3 +707,43 @@ async def test_delivery_receipts_move_an_own_message_forward_never_back(
     }
     bad = await deliver(client, _ack(channel, reply.external_id or "", 9), channel.secret)
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "validation_error"
+
+
+async def test_a_working_number_that_disconnects_is_announced_once_per_outage(
+    client: httpx.AsyncClient, org: OrgHandle, api_settings: ApiSettings, db: Callable[[uuid.UUID], Session]
+) -> None:
+    """Silence is the worst failure: a session that stops working becomes a critical Home insight and an
+    ``insights`` record (the notifier's ``channel.disconnected``) — once per outage, not per report."""
+    channel = await connect_channel(client, org)
+
+    async def report(status: str) -> None:
+        raw = encode({"event": "session.status", "session": channel.name, "payload": {"status": status}})
+        response = await deliver(client, raw, channel.secret)
+        assert response.json()["data"]["reason"] == "session_status", response.text
+
+    await report("STOPPED")  # starting -> stopped: it never worked, nothing was lost
+    await report("WORKING")
+    await report("SCAN_QR_CODE")  # logged out
+    await report("SCAN_QR_CODE")  # WAHA reports it again: the same outage
+    await report("WORKING")
+    await report("FAILED")  # a second outage
+
+    session = db(org.org_id)
+    insights = session.execute(
+        text("SELECT dedupe_key, severity, area, title, body, status FROM workspace_insights ORDER BY created_at")
+    ).all()
+    assert len(insights) == 2
+    assert all(i.dedupe_key.startswith(f"channel_down:{channel.id}:") for i in insights)
+    assert insights[0].dedupe_key != insights[1].dedupe_key
+    assert [(i.severity, i.area, i.status) for i in insights] == [("critical", "cross", "new")] * 2
+    assert insights[0].title == "WhatsApp number Main line (+5511900000000) is disconnected"
+    assert "scan the QR code" in insights[0].body and "restart it in WAHA" in insights[1].body
+    serde = Serde.from_settings(api_settings.kafka)
+    rows = session.execute(
+        text("SELECT payload FROM outbox WHERE topic = :t AND key = :k ORDER BY id"),
+        {"t": Topics.INSIGHTS.name, "k": str(org.org_id).encode()},
+    ).all()
+    records = [serde.decode(Topics.INSIGHTS, r.payload) for r in rows]
+    assert [r.insight_key for r in records] == [i.dedupe_key for i in insights]  # type: ignore[attr-defined]
+    row = session.get(ChannelSession, channel.id)
+    assert row is not None and row.status == "failed"

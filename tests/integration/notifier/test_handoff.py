@@ -166,6 +166,21 @@ async def test_budget_incidents_notify_the_admins_once_per_key(
     assert all(verify(secret, h.headers, h.body) for h in receiver.hits)
 
 
+async def test_a_disconnected_number_notifies_the_admins(
+    world: World, receiver: WebhookReceiver, api: httpx.AsyncClient, publish: Publish, start_notifier: Start
+) -> None:
+    """The API's ``channel_down:`` insight (a WhatsApp number stopped working) reaches the org's webhook."""
+    secret = await set_webhook(api, world, receiver.url)
+    key = f"channel_down:{world.channel_id}:20261202T080000000000Z"
+    await start_notifier()
+    await publish(Topics.INSIGHTS, insight(world, key))
+
+    await eventually(lambda: [n.status for n in notifications(world)], lambda s: s == ["sent"])
+    [hit] = receiver.hits
+    assert (hit.json()["type"], hit.json()["data"]["insight_key"]) == ("channel.disconnected", key)
+    assert verify(secret, hit.headers, hit.body)
+
+
 async def test_a_handoff_acknowledgement_reaches_the_customer_once(
     world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
 ) -> None:
