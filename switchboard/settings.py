@@ -14,6 +14,8 @@ from typing import Self
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from switchboard.egress import EgressPolicy
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STACK_ENV_FILE = REPO_ROOT / "var" / "stack.env"
 
@@ -92,6 +94,32 @@ class DatabaseSettings(SharedSettings):
     def migration_url(self) -> str:
         """Migrations run as the owner role; without one configured, as the app role."""
         return (self.owner_url or self.url).get_secret_value()
+
+
+class EgressSettings(SharedSettings):
+    """Which addresses tenant-set URLs may reach (``switchboard.egress``; docs/security.md)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_EGRESS_", env_file=stack_env_files(), extra="ignore", frozen=True
+    )
+
+    # Refuse loopback and private networks too (link-local, multicast and reserved always are).
+    deny_private: bool = False
+    # Comma-separated CIDRs tenants may reach even when private (e.g. the in-cluster WAHA's).
+    allowed_cidrs: str = ""
+
+    def policy(self, *, trusted_urls: tuple[str, ...] = ()) -> EgressPolicy:
+        return EgressPolicy.build(
+            deny_private=self.deny_private, allowed_cidrs=self.allowed_cidrs.split(","), trusted_urls=trusted_urls
+        )
+
+    @model_validator(mode="after")
+    def _cidrs_parse(self) -> Self:
+        try:
+            self.policy()
+        except ValueError as exc:
+            raise ValueError(f"SWITCHBOARD_EGRESS_ALLOWED_CIDRS: {exc}") from exc
+        return self
 
 
 def require_real_secret(name: str, value: SecretStr | None, runtime: RuntimeSettings) -> None:

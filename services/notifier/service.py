@@ -24,6 +24,7 @@ from services.notifier.store import NotifierStore
 from switchboard.contracts import Serde, Topics
 from switchboard.crypto import KeyRing
 from switchboard.db.session import create_async_engine, create_async_sessionmaker
+from switchboard.egress import GuardedTransport
 from switchboard.kafka.consumer import RecordConsumer
 from switchboard.kafka.dead_letter import DeadLetterPublisher
 from switchboard.kafka.producer import RecordProducer
@@ -60,7 +61,9 @@ class Notifier:
         engine = create_async_engine(settings.database.url.get_secret_value(), pool_size=settings.db_pool_size)
         serde = Serde.from_settings(settings.kafka)
         producer = RecordProducer(settings.kafka, service=SERVICE, serde=serde)
-        client = httpx.AsyncClient(follow_redirects=False)
+        # Every call this client makes goes to a URL a tenant set, except the platform's own WAHA.
+        policy = settings.egress.policy(trusted_urls=(settings.waha_base_url,))
+        client = httpx.AsyncClient(follow_redirects=False, transport=GuardedTransport(policy))
         await producer.start()
         store = NotifierStore(
             create_async_sessionmaker(engine),

@@ -3,7 +3,7 @@
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from switchboard.settings import ServiceSettings
+from switchboard.settings import EgressSettings, ServiceSettings
 
 
 class NotifierSettings(ServiceSettings):
@@ -12,6 +12,8 @@ class NotifierSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="NOTIFIER_")
 
     group_id: str = "switchboard-notifier"
+    # Where tenant-set URLs (a session's WAHA base_url, the org webhook) may lead.
+    egress: EgressSettings = Field(default_factory=EgressSettings)
     # The WAHA server of channel sessions whose base_url is NULL (the platform default).
     waha_base_url: str = "http://127.0.0.1:3000"
     # One HTTP call to a channel or webhook gives up after this long (then it is retried).

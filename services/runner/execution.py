@@ -81,6 +81,7 @@ from services.runner.tools import McpToolBox, NoTools, ToolBox, ToolCatalog, Too
 from services.runner.turns import Turn, TurnPlanner
 from switchboard.contracts import Action, RunRequested, SendTarget
 from switchboard.contracts.enums import ErrorFamily, HandoffTrigger, RunStatus, Urgency
+from switchboard.egress import EgressPolicy, refused_url
 from switchboard.internal_chats import is_internal_chat
 from switchboard.observability.logging import get_logger
 from switchboard.run_tokens import RunTokenClaims, mint_run_token
@@ -133,6 +134,8 @@ class RunnerDeps:
     # summarize-only run of /compact. None: every run is a plain reply turn.
     turns: TurnPlanner | None = None
     compact: Callable[[RunSubject, ProviderAccess | None], Awaitable[LoopOutcome]] | None = None
+    # Where a credential's base_url may lead (switchboard.egress); the default refuses only the never-allowed.
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
 
 
 def _labels(request: RunRequested) -> dict[str, str]:
@@ -280,6 +283,11 @@ class RunExecutor:
                 resolved = claim.resolved
                 if isinstance(resolved, NoCredential):
                     return claim.subject, start.started_at, (self._failed(resolved.code, str(resolved)), None)
+                if preset is None and resolved is not None and resolved.base_url:
+                    # Before any model call: a tenant's base_url must not lead to a forbidden address.
+                    refused = await refused_url(self._deps.egress, resolved.base_url)
+                    if refused is not None:
+                        return claim.subject, start.started_at, (self._failed(refused.code, str(refused)), None)
                 return claim.subject, start.started_at, (preset, resolved)
             if claim.state is ClaimState.DUPLICATE:
                 log.info(
@@ -414,7 +422,9 @@ class RunExecutor:
         deps = self._deps
         runtime = NestedRuntime(
             subject=subject,
-            load=lambda org_id, ids: load_subagents(deps.store, deps.providers, deps.credentials, org_id, ids),
+            load=lambda org_id, ids: load_subagents(
+                deps.store, deps.providers, deps.credentials, org_id, ids, deps.egress
+            ),
             providers=deps.providers.get,
             price=deps.store.price,
             toolbox=self._toolbox,

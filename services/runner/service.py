@@ -125,6 +125,9 @@ class Runner:
                 provider_settings=settings.providers,
             ),
             publisher=publisher,
+            egress=settings.egress.policy(
+                trusted_urls=tuple(settings.providers.base_url(p) for p in ("anthropic", "openai", "google"))
+            ),
             tool_catalog=ToolCatalog(),
             token_secret=RunTokenSettings().secret(settings.runtime),
             toolbox_factory=self._overrides.toolbox_factory,

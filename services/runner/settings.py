@@ -9,7 +9,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from switchboard.credentials import ProviderSettings
-from switchboard.settings import ServiceSettings
+from switchboard.settings import EgressSettings, ServiceSettings
 
 
 def _default_runner_id() -> str:
@@ -22,6 +22,8 @@ class RunnerSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="RUNNER_")
 
     providers: ProviderSettings = Field(default_factory=ProviderSettings)
+    # Where a credential's base_url (set by a tenant) may lead; the platform's endpoints are trusted.
+    egress: EgressSettings = Field(default_factory=EgressSettings)
 
     # Identity of this process in run_started / heartbeats (pod name in Kubernetes).
     runner_id: str = Field(default_factory=_default_runner_id)

@@ -61,6 +61,7 @@ from services.runner.store import RunStore
 from services.runner.subject import RunSubject, VersionConfig
 from services.runner.tools import ToolBox, ToolServerUnavailable
 from switchboard.contracts.enums import ErrorFamily
+from switchboard.egress import EgressPolicy, refused_url
 from switchboard.tool_catalog import TOOL_KINDS, ToolKind
 
 MAX_DEPTH = 2
@@ -331,15 +332,24 @@ class SubAgentTools:
         return f"The agent {agent.name!r} did not complete the task ({why}).", True
 
 
+async def _egress_checked(egress: EgressPolicy, resolved: ProviderAccess | str) -> ProviderAccess | str:
+    if not isinstance(resolved, ProviderAccess) or not resolved.base_url:
+        return resolved
+    refused = await refused_url(egress, resolved.base_url)
+    return resolved if refused is None else refused.code
+
+
 async def load_subagents(
     store: RunStore,
     providers: ProviderRegistry,
     credentials: CredentialResolver,
     org_id: uuid.UUID,
     agent_ids: Sequence[uuid.UUID],
+    egress: EgressPolicy | None = None,
 ) -> list[SubAgent]:
     """The org's granted agents that are published now, each with its credential resolved in the
-    fixed order [002] (a sub-agent without a key or adapter is offered, and answers with an error)."""
+    fixed order [002] (a sub-agent without a key or adapter is offered, and answers with an error;
+    so does one whose credential's base_url leads where ``egress`` refuses)."""
 
     def resolve(session: Session, config: VersionConfig) -> ProviderAccess | str:
         try:
@@ -357,6 +367,8 @@ async def load_subagents(
             return exc.code
 
     rows = await store.subagents(org_id, agent_ids, resolve)
+    if egress is not None:
+        rows = [(a, n, c, await _egress_checked(egress, r)) for a, n, c, r in rows]
     names = tool_names([(agent_id, name) for agent_id, name, _, _ in rows])
     return [
         SubAgent(

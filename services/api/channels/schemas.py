@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from switchboard.db.enums import ChannelProvider, ChannelSessionStatus
+from switchboard.egress import refuse_literal_address
 
 # WAHA session names: letters, digits and a few separators; they are routing keys, not text.
 SESSION_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,99}$"
@@ -30,6 +31,7 @@ def _http_url(value: str | None) -> str | None:
         raise ValueError("must be an http(s) URL with a host")
     if parts.username or parts.password:
         raise ValueError("must not embed credentials; send the API key in api_key")
+    refuse_literal_address(parts.hostname or "")
     return value.rstrip("/")
 
 

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from switchboard.db.enums import CredentialValidation
+from switchboard.egress import refuse_literal_address
 
 # What a pasted key must look like for the provider's own endpoint; a custom base_url
 # (a local OpenAI-compatible server) accepts any key, since such servers choose their own.
@@ -57,12 +58,7 @@ def check_base_url(value: str | None) -> str | None:
         raise ValueError("must not embed credentials; send the key in api_key")
     if parts.query or parts.fragment:
         raise ValueError("must not have a query string or fragment")
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    if address is not None and (address.is_link_local or address.is_multicast or address.is_unspecified):
-        raise ValueError("this address is not allowed")
+    refuse_literal_address(host)
     if parts.scheme == "http" and not _is_local_host(host):
         raise ValueError("plain http is accepted only for local hosts; use https")
     return parts.geturl().rstrip("/")

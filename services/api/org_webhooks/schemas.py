@@ -12,8 +12,10 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from switchboard.egress import refuse_literal_address
+
 SIGNATURE_HEADER = "X-Switchboard-Signature"
-EVENT_TYPES = ["conversation.handoff", "budget.incident"]
+EVENT_TYPES = ["conversation.handoff", "budget.incident", "channel.disconnected"]
 
 
 class SetOrgWebhook(BaseModel):
@@ -29,6 +31,7 @@ class SetOrgWebhook(BaseModel):
             raise ValueError("must be an http(s) URL with a host")
         if parts.username or parts.password:
             raise ValueError("must not embed credentials")
+        refuse_literal_address(parts.hostname or "")
         return value
 
 

@@ -15,6 +15,8 @@ from typing import ClassVar
 
 import httpx
 
+from switchboard.egress import EgressRefused
+
 
 @dataclass(frozen=True)
 class Destination:
@@ -69,6 +71,8 @@ async def post_json(
         )
     except httpx.TimeoutException as exc:
         raise ChannelError("timeout", f"no answer from the channel within {timeout_s}s", transient=True) from exc
+    except EgressRefused as exc:  # the tenant's URL leads where the policy forbids: it will not change by itself
+        raise ChannelError(exc.code, str(exc), transient=False) from exc
     except httpx.ConnectError as exc:  # the request never left: always safe to repeat
         raise ChannelError("connect_error", "could not connect to the channel", transient=True) from exc
     except httpx.TransportError as exc:

@@ -234,6 +234,8 @@ async def test_list_pages_with_a_cursor(client: httpx.AsyncClient, org: OrgHandl
         {"external_session": ""},
         {"base_url": "ftp://waha.internal"},
         {"base_url": "http://user:pass@waha.internal"},
+        {"base_url": "http://169.254.169.254/latest"},  # the cloud metadata service
+        {"base_url": "http://[::ffff:169.254.169.254]"},
         {"label": ""},
         {"unknown_field": 1},
         {"api_key": ""},

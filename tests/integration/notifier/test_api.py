@@ -50,8 +50,9 @@ async def test_org_webhook_secret_is_shown_once_sealed_at_rest_and_audited(
 ) -> None:
     admin = world.org.headers()
     assert (await api.get("/api/v1/org-webhook", headers=admin)).status_code == 404
-    bad = await api.put("/api/v1/org-webhook", json={"url": "ftp://x"}, headers=admin)
-    assert bad.status_code == 422
+    for url in ("ftp://x", "http://169.254.169.254/latest/meta-data", "http://[fe80::1]/hook"):
+        bad = await api.put("/api/v1/org-webhook", json={"url": url}, headers=admin)
+        assert bad.status_code == 422, url
     first = (await api.put("/api/v1/org-webhook", json={"url": "https://a.example/h"}, headers=admin)).json()["data"]
     second = (await api.put("/api/v1/org-webhook", json={"url": "https://b.example/h"}, headers=admin)).json()["data"]
     assert first["secret"].startswith("sbowh_") and second["secret"] != first["secret"]

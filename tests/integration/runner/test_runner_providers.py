@@ -111,6 +111,18 @@ async def test_openai_compatible_base_url_per_credential(rh: RunnerHarness) -> N
         await local.stop()
 
 
+async def test_a_credential_base_url_leading_to_the_metadata_service_fails_the_run_before_any_call(
+    rh: RunnerHarness,
+) -> None:
+    """A base_url saved before the API refused it: the run fails with a stable code, nothing is called."""
+    agent = create_agent(rh.db, provider="openai", model="gpt-5-mini", base_url="http://169.254.169.254/v1")
+    before = len(rh.fake.received)
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert (row.status, row.error_code) == ("failed", "egress_refused")
+    assert "169.254" not in (row.error_message or "")
+    assert len(rh.fake.received) == before
+
+
 async def test_demo_model_needs_no_key_and_labels_itself(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, provider="demo", model="demo", api_key=None)
     row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Olá, quanto custa?")]))
