@@ -115,12 +115,21 @@ _RUNS_WITH_ACTIONS = text(
 ).bindparams(bindparam("org_id", type_=PG_UUID(as_uuid=True)))
 
 
+# The predicate is the partial index's (revision 0025), kind written as a literal: a bound
+# parameter would hide it from a generic plan.
 _EARLIER_PROPOSING_RUNS = text(
     """
     SELECT f.payload FROM brief_facts AS f
-    WHERE f.org_id = :org_id AND f.kind = :kind AND f.day >= :since AND f.day < :day
-      AND jsonb_array_length(coalesce(f.payload -> 'proposed', '[]')) > 0
+    WHERE f.org_id = :org_id AND f.day >= :since AND f.day < :day
+      AND f.kind = 'run' AND jsonb_array_length(COALESCE(f.payload -> 'proposed', '[]'::jsonb)) > 0
     ORDER BY f.day, f.fact_key
+    """
+).bindparams(bindparam("org_id", type_=PG_UUID(as_uuid=True)))
+_EARLIER_INSIGHTS = text(
+    """
+    SELECT f.payload FROM brief_facts AS f
+    WHERE f.org_id = :org_id AND f.day >= :since AND f.day < :day AND f.kind = 'insight'
+    ORDER BY f.fact_key
     """
 ).bindparams(bindparam("org_id", type_=PG_UUID(as_uuid=True)))
 
@@ -219,25 +228,17 @@ def _runs_with_actions(session: Session, org_id: uuid.UUID, day: date) -> list[d
 
 def _earlier_insights(session: Session, org_id: uuid.UUID, day: date) -> list[dict[str, Any]]:
     """Insight facts of the ``CARRY_OVER_DAYS`` before ``day`` (the owner's status filters them later)."""
-    return list(
-        session.scalars(
-            select(BriefFact.payload)
-            .where(
-                BriefFact.org_id == org_id,
-                BriefFact.kind == BriefFactKind.INSIGHT.value,
-                BriefFact.day >= day - timedelta(days=CARRY_OVER_DAYS),
-                BriefFact.day < day,
-            )
-            .order_by(BriefFact.fact_key)
-        )
+    rows = session.execute(
+        _EARLIER_INSIGHTS, {"org_id": org_id, "since": day - timedelta(days=CARRY_OVER_DAYS), "day": day}
     )
+    return [row.payload for row in rows]
 
 
 def _earlier_proposing_runs(session: Session, org_id: uuid.UUID, day: date) -> list[dict[str, Any]]:
     """Run facts of the ``CARRY_OVER_DAYS`` before ``day`` that proposed an action."""
     rows = session.execute(
         _EARLIER_PROPOSING_RUNS,
-        {"org_id": org_id, "since": day - timedelta(days=CARRY_OVER_DAYS), "day": day, "kind": BriefFactKind.RUN.value},
+        {"org_id": org_id, "since": day - timedelta(days=CARRY_OVER_DAYS), "day": day},
     )
     return [row.payload for row in rows]
 

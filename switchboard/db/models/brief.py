@@ -43,6 +43,16 @@ class BriefFact(OrgScoped, Base):
         check_in("kind", BriefFactKind),
         CheckConstraint("jsonb_typeof(payload) = 'object'", name="payload_object"),
         Index(None, "org_id", "day"),
+        # The carry-over's questions (revision 0025): runs that proposed an action, insights.
+        Index(
+            "ix_brief_facts_proposing_runs",
+            "org_id",
+            "day",
+            postgresql_where=sql_text(
+                "kind = 'run' AND jsonb_array_length(COALESCE(payload -> 'proposed', '[]'::jsonb)) > 0"
+            ),
+        ),
+        Index("ix_brief_facts_insights", "org_id", "day", postgresql_where=sql_text("kind = 'insight'")),
     )
 
     org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"), primary_key=True)

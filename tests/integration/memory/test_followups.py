@@ -115,11 +115,14 @@ async def test_a_followup_of_a_conversation_handed_to_humans_fails_without_a_wak
         session.get_one(Conversation, agent.conversation_id).status = "handoff"
     engine = create_async_engine(rh.database_url, pool_size=2)
     try:
-        # (Asserted on the row: an API started by another test may run a scheduler on this database too.)
+        # (Asserted on the row: an API started by another test may run a scheduler on this database
+        # too; when it holds the row, this tick skips it and that scheduler's commit is waited for.)
         await FollowupScheduler(create_async_sessionmaker(engine), Serde.from_settings(rh.kafka)).tick()
     finally:
         await engine.dispose()
-    row = followup(rh, agent, target)
+    deadline = time.monotonic() + 10
+    while (row := followup(rh, agent, target)).status == "scheduled" and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
     assert (row.status, row.error) == ("failed", NOT_DISPATCHABLE)
     assert dispatches(rh, agent.conversation_id) == []
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
