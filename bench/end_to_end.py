@@ -186,7 +186,14 @@ async def run_switchboard(
         raise RuntimeError("scripts/channel_server.py is needed for the end-to-end benchmark")
     async with httpx.AsyncClient(base_url=topology.api_url, timeout=30) as api:
         org = await bootstrap.bootstrap(
-            api, group.env, channel_url=topology.channel_url, channel_api_key=channel_key, label="Bench", environ={}
+            api,
+            group.env,
+            channel_url=topology.channel_url,
+            channel_api_key=channel_key,
+            label="Bench",
+            environ={},
+            # No echoes or receipts: the seed baseline gets none either (docs/benchmarks.md).
+            channel_callbacks=False,
         )
     raise_rate_limit(scratch.owner_url, org.org_id)
     target = Target(topology.api_url + bootstrap.WEBHOOK_PATH, org.session_name, org.webhook_secret)

@@ -5,6 +5,14 @@ It speaks the one call the notifier makes, ``POST /api/sendText`` with
 ``{"session", "chatId", "text"}`` and the ``X-Api-Key`` header (401 when wrong), and
 answers 201 with a WAHA-like message object. ``GET /api/received`` lists what it got.
 
+Like WAHA, it calls back: a session configured with ``PUT /api/sessions/{session}``
+(``{"config": {"webhooks": [{"url", "events", "hmac": {"key"}}]}}``, WAHA's own shape) gets,
+for every text it sent, the ``message.any`` echo of that message (``fromMe``; delivered
+*before* the sendText answer, the order WAHA may use and the harder one for the caller, who
+does not know the message's id yet) and its ``message.ack`` receipts (DEVICE, then READ,
+after the answer), signed as WAHA signs (``X-Webhook-Hmac``: hex HMAC-SHA512 of the body). Sessions
+without a configuration get no callbacks.
+
 Tests drive it in-process::
 
     server = await ChannelServer(api_key="k").start()
@@ -21,15 +29,48 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import hmac
+import json
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 from aiohttp import web
+
+# The receipts sent for each delivered text, in order: (ack, ackName).
+RECEIPTS = ((2, "DEVICE"), (3, "READ"))
+# How long the sendText answer waits for the echo's delivery at most.
+ECHO_WAIT_S = 5.0
+# The business's own number, as the callbacks name it.
+OWN_NUMBER = "5511900000000@c.us"
+
+
+def _own(sent: SentText, message_id: str) -> dict[str, Any]:
+    return {"id": message_id, "from": OWN_NUMBER, "fromMe": True, "to": sent.chat_id, "hasMedia": False}
+
+
+def signed_headers(secret: str, body: bytes) -> dict[str, str]:
+    """WAHA's webhook signature: hex HMAC-SHA512 of the raw body keyed by the session's secret."""
+    return {
+        "Content-Type": "application/json",
+        "X-Webhook-Hmac": hmac.new(secret.encode(), body, hashlib.sha512).hexdigest(),
+        "X-Webhook-Hmac-Algorithm": "sha512",
+    }
+
+
+@dataclass(frozen=True)
+class SessionWebhook:
+    """Where a session's events go (WAHA's ``config.webhooks[0]``)."""
+
+    url: str
+    events: frozenset[str]
+    key: str
 
 
 @dataclass(frozen=True)
@@ -64,6 +105,11 @@ class ChannelServer:
         self._port = port
         self._on_message = on_message
         self.received: list[SentText] = []
+        self.webhooks: dict[str, SessionWebhook] = {}
+        # Callbacks the webhook answered with something else than 2xx, or that failed: (event, status).
+        self.callback_failures: list[tuple[str, int]] = []
+        self._callbacks: set[asyncio.Task[None]] = set()
+        self._client: aiohttp.ClientSession | None = None
         self._failures: list[int] = []
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -75,6 +121,7 @@ class ChannelServer:
         app = web.Application()
         app.router.add_post("/api/sendText", self._send_text)
         app.router.add_get("/api/received", self._list_received)
+        app.router.add_put("/api/sessions/{session}", self._configure_session)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
@@ -84,6 +131,12 @@ class ChannelServer:
         return self
 
     async def stop(self) -> None:
+        for task in list(self._callbacks):
+            task.cancel()
+        await asyncio.gather(*self._callbacks, return_exceptions=True)
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -140,6 +193,8 @@ class ChannelServer:
         if status != 201:
             return web.json_response({"error": f"simulated failure {status}"}, status=status)
         message_id = f"true_{sent.chat_id}_{uuid.uuid4().hex[:20].upper()}"
+        await self._echo(sent, message_id)
+        self._send_receipts(sent, message_id)
         return web.json_response(
             {
                 "id": message_id,
@@ -152,6 +207,60 @@ class ChannelServer:
             },
             status=201,
         )
+
+    async def _configure_session(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            hook = body["config"]["webhooks"][0]
+            webhook = SessionWebhook(str(hook["url"]), frozenset(hook.get("events") or ()), str(hook["hmac"]["key"]))
+        except (ValueError, KeyError, IndexError, TypeError):
+            return web.json_response({"error": "config.webhooks[0] needs url, events and hmac.key"}, status=400)
+        self.webhooks[request.match_info["session"]] = webhook
+        return web.json_response({"name": request.match_info["session"], "status": "WORKING"})
+
+    async def _echo(self, sent: SentText, message_id: str) -> None:
+        """The ``message.any`` copy of a delivered text, before the sendText answer (bounded wait)."""
+        webhook = self.webhooks.get(sent.session)
+        if webhook is None or "message.any" not in webhook.events:
+            return
+        echo = {**_own(sent, message_id), "timestamp": int(sent.received_at.timestamp()), "body": sent.text}
+        try:
+            await asyncio.wait_for(self._post_event(webhook, sent.session, "message.any", echo), ECHO_WAIT_S)
+        except TimeoutError:
+            self.callback_failures.append(("message.any", 0))
+
+    def _send_receipts(self, sent: SentText, message_id: str) -> None:
+        """The receipts of a delivered text, in the background after the answer."""
+        webhook = self.webhooks.get(sent.session)
+        if webhook is None or "message.ack" not in webhook.events:
+            return
+
+        async def receipts() -> None:
+            for ack, name in RECEIPTS:
+                payload = {**_own(sent, message_id), "ack": ack, "ackName": name}
+                await self._post_event(webhook, sent.session, "message.ack", payload)
+
+        task = asyncio.create_task(receipts())
+        self._callbacks.add(task)
+        task.add_done_callback(self._callbacks.discard)
+
+    async def _post_event(self, webhook: SessionWebhook, session: str, event: str, payload: dict[str, Any]) -> None:
+        envelope = {
+            "id": f"evt_{uuid.uuid4().hex}",
+            "timestamp": int(time.time() * 1000),
+            "event": event,
+            "session": session,
+            "payload": payload,
+        }
+        body = json.dumps(envelope).encode()
+        if self._client is None:
+            self._client = aiohttp.ClientSession()
+        try:
+            async with self._client.post(webhook.url, data=body, headers=signed_headers(webhook.key, body)) as answer:
+                if answer.status >= 300:
+                    self.callback_failures.append((event, answer.status))
+        except aiohttp.ClientError:
+            self.callback_failures.append((event, 0))
 
     async def _list_received(self, request: web.Request) -> web.Response:
         return web.json_response([s.as_json() for s in self.received])

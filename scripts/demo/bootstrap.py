@@ -9,8 +9,6 @@ what WAHA would send — and two published agents of different priority.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import subprocess
@@ -23,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from scripts.channel_server import signed_headers
 from scripts.demo.processes import REPO_ROOT
 
 WEBHOOK_PATH = "/api/v1/webhooks/waha"
@@ -114,11 +113,22 @@ def cli_bootstrap(env: Mapping[str, str], *, org_name: str, email: str) -> dict[
 
 def sign(secret: str, body: bytes) -> dict[str, str]:
     """WAHA's webhook signature: hex HMAC-SHA512 of the raw body keyed by the session's secret."""
-    return {
-        "Content-Type": "application/json",
-        "X-Webhook-Hmac": hmac.new(secret.encode(), body, hashlib.sha512).hexdigest(),
-        "X-Webhook-Hmac-Algorithm": "sha512",
+    return signed_headers(secret, body)
+
+
+async def configure_channel_webhooks(client: httpx.AsyncClient, org: DemoOrg, channel_url: str) -> None:
+    """Point the channel server's session at our webhook, as an operator configures a WAHA session:
+    it then calls back with the echo of every text sent and its receipts."""
+    webhook = {
+        "url": f"{str(client.base_url).rstrip('/')}{WEBHOOK_PATH}",
+        "events": ["message", "message.any", "message.ack", "session.status"],
+        "hmac": {"key": org.webhook_secret},
     }
+    async with httpx.AsyncClient(timeout=10) as channel:
+        response = await channel.put(
+            f"{channel_url}/api/sessions/{org.session_name}", json={"config": {"webhooks": [webhook]}}
+        )
+    _check(response, "configure the channel session's webhook")
 
 
 async def post_webhook(client: httpx.AsyncClient, org: DemoOrg, event: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -188,8 +198,12 @@ async def bootstrap(
     channel_api_key: str,
     label: str = "Demo",
     environ: Mapping[str, str] = os.environ,
+    channel_callbacks: bool = True,
 ) -> DemoOrg:
-    """A fresh org with admin, token, a ``working`` channel session and two published agents."""
+    """A fresh org with admin, token, a ``working`` channel session and two published agents.
+
+    ``channel_callbacks``: the channel server calls our webhook back with echoes and receipts,
+    as WAHA does for a session subscribed to ``message.any`` and ``message.ack``."""
     suffix = uuid.uuid4().hex[:8]
     made = cli_bootstrap(env, org_name=f"{label} {suffix}", email=f"admin-{suffix}@demo.switchboard.local")
     headers = {"Authorization": f"Bearer {made['token']}"}
@@ -216,6 +230,8 @@ async def bootstrap(
         model=await choose_model(client, made["token"], environ),
         agents={},
     )
+    if channel_callbacks:
+        await configure_channel_webhooks(client, org, channel_url)
     await post_webhook(client, org, "session.status", {"status": "WORKING"})
     current = await client.get(f"/api/v1/channel-sessions/{org.channel_session_id}", headers=headers)
     _check(current, "read channel session")

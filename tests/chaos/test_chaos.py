@@ -103,6 +103,8 @@ async def outcome(pipeline: Pipeline) -> Outcome:
         "run requests re-sent (taken over)": events.resent,
         "webhook retries": log.webhook_retries,
         "settled after last message (s)": round(settle_s, 1),
+        # The channel server echoes every reply as WAHA does; none may come back as a person's message.
+        "replies stored again from their echo": echoes_stored_as_people(pipeline),
     }
     report = json.dumps(figures, indent=2, default=str)
     print(f"chaos figures:\n{report}")
@@ -111,6 +113,13 @@ async def outcome(pipeline: Pipeline) -> Outcome:
     (FIGURES_DIR / f"{PROFILE.name}.json").write_text(report)  # `make chaos` prints it
     (pipeline.group.run_dir / "chaos-problems.json").write_text(json.dumps(verdict.problems(), indent=2))
     return Outcome(log, faults, verdict, figures)
+
+
+def echoes_stored_as_people(pipeline: Pipeline) -> int:
+    """Messages of a person in the chaos org: nobody types here, so each is an echo of a reply not matched."""
+    with pipeline.database.owner_session() as session, tenant_transaction(session, pipeline.org.org_id):
+        query = text("SELECT count(*) FROM messages WHERE org_id = :org AND sender = 'human'")
+        return int(session.execute(query, {"org": pipeline.org.org_id}).scalar_one())
 
 
 def runs_in_flight(pipeline: Pipeline) -> int:
@@ -159,3 +168,7 @@ def test_no_message_is_answered_by_two_runs(outcome: Outcome) -> None:
 
 def test_no_message_gets_two_replies(outcome: Outcome) -> None:
     assert outcome.verdict.two_replies_one_message == []
+
+
+def test_the_channels_echoes_never_store_a_reply_twice(outcome: Outcome) -> None:
+    assert outcome.figures["replies stored again from their echo"] == 0

@@ -34,7 +34,9 @@ async def test_a_session_pointing_at_the_metadata_service_is_refused_not_retried
     169.254.169.254, the delivery fails once with a stable code, and the next run is unaffected."""
     with tenant_session(world.org) as session:
         session.execute(
-            update(ChannelSession).where(ChannelSession.id == world.channel_id).values(base_url="http://169.254.169.254")
+            update(ChannelSession)
+            .where(ChannelSession.id == world.channel_id)
+            .values(base_url="http://169.254.169.254")
         )
     refused = world.run()
     await start_notifier()
