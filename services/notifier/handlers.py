@@ -8,6 +8,8 @@
   version's ``handoff_message``), sent once like a reply.
 - ``handoff_triggered`` (not dry): assign the conversation to humans and notify the org's
   outgoing webhook (in the background: ``notifications.py``).
+- ``human_messages``: a person answered from Switchboard after a handoff: claim, send and
+  record it like a reply (kind ``human``, no run).
 - ``insights`` whose key starts with ``budget_incident:`` (the brief's budget incidents) or
   ``channel_down:`` (the API saw a WhatsApp number disconnect): notify the org's webhook once
   per key, as ``budget.incident`` or ``channel.disconnected``.
@@ -28,7 +30,7 @@ from services.notifier.notifications import NotificationQueue
 from services.notifier.retries import Retry, RetryQueue
 from services.notifier.retry import Outcome, RetryPolicy, send_with_retry
 from services.notifier.store import Claimed, Notification, NotifierStore
-from switchboard.contracts import HandoffTriggered, Insight, RunCompleted, RunStatus
+from switchboard.contracts import HandoffTriggered, HumanMessageRequested, Insight, RunCompleted, RunStatus
 from switchboard.contracts.enums import InsightKind, InsightStatus
 from switchboard.db.models.notifications import NotificationState
 from switchboard.kafka.consumer import Inbound
@@ -77,6 +79,8 @@ class NotifierHandlers:
             await self.on_handoff(record)
         elif isinstance(record, Insight):
             await self.on_insight(record)
+        elif isinstance(record, HumanMessageRequested):
+            await self.on_human_message(record)
 
     # ------------------------------------------------------------------ customer replies
 
@@ -99,6 +103,11 @@ class NotifierHandlers:
             return
         await self._send_claimed(completed.org_id, completed.run_id, await self._store.claim_run(completed), where)
 
+    async def on_human_message(self, requested: HumanMessageRequested) -> None:
+        """A person answered from Switchboard after a handoff: send it once, like a reply."""
+        where = {"org_id": str(requested.org_id), "message_id": str(requested.message_id)}
+        await self._send_claimed(requested.org_id, None, await self._store.claim_human(requested), where)
+
     async def on_action_approved(self, insight: Insight) -> None:
         """An approved proposal ran its send tool after the run ended: deliver what it queued, once."""
         assert insight.run_id is not None
@@ -107,7 +116,7 @@ class NotifierHandlers:
         await self._send_claimed(insight.org_id, insight.run_id, claimed, where)
 
     async def _send_claimed(
-        self, org_id: uuid.UUID, run_id: uuid.UUID, claims: list[Claimed], where: dict[str, str]
+        self, org_id: uuid.UUID, run_id: uuid.UUID | None, claims: list[Claimed], where: dict[str, str]
     ) -> None:
         for claimed in claims:
             await self._hooks.after_claim(claimed)
@@ -133,7 +142,11 @@ class NotifierHandlers:
         return attempt
 
     async def _record_retried(self, retry: Retry, outcome: Outcome) -> None:
-        where = {"run_id": str(retry.run_id), "org_id": str(retry.org_id)}
+        where = (
+            {"run_id": str(retry.run_id), "org_id": str(retry.org_id)}
+            if retry.run_id
+            else {"org_id": str(retry.org_id)}
+        )
         await self._record(retry.org_id, retry.run_id, retry.claimed, outcome, where)
 
     async def _record_interrupted(self, retry: Retry, outcome: Outcome) -> None:
@@ -156,7 +169,7 @@ class NotifierHandlers:
         return submitted
 
     async def _record(
-        self, org_id: uuid.UUID, run_id: uuid.UUID, claimed: Claimed, outcome: Outcome, where: dict[str, str]
+        self, org_id: uuid.UUID, run_id: uuid.UUID | None, claimed: Claimed, outcome: Outcome, where: dict[str, str]
     ) -> None:
         error = outcome.error
         channel_name = claimed.route.channel if claimed.route else "none"

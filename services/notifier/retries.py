@@ -40,7 +40,7 @@ class Retry:
     """A claim whose first attempt failed transiently, and how to try and record it."""
 
     org_id: uuid.UUID
-    run_id: uuid.UUID
+    run_id: uuid.UUID | None  # None: a person's message (no run)
     claimed: Claimed
     attempts: int  # made so far
     error: ChannelError  # the last one

@@ -33,7 +33,7 @@ from switchboard.observability.logging import get_logger
 log = get_logger(__name__)
 
 SERVICE = "notifier"
-TOPICS = (Topics.RUN_COMPLETED, Topics.HANDOFF_TRIGGERED, Topics.INSIGHTS)
+TOPICS = (Topics.RUN_COMPLETED, Topics.HANDOFF_TRIGGERED, Topics.INSIGHTS, Topics.HUMAN_MESSAGES)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from services.notifier.channels import Destination
 from services.notifier.metrics import MESSAGES_DELIVERED
-from switchboard.contracts import HandoffTriggered, RunCompleted
+from switchboard.contracts import HandoffTriggered, HumanMessageRequested, RunCompleted
 from switchboard.crypto import CryptoError, KeyRing, Sealed
 from switchboard.db.enums import ConversationStatus, MessageDeliveryStatus, MessageDirection, MessageSender
 from switchboard.db.models import ChannelSession, Conversation, Message
@@ -208,8 +208,26 @@ class NotifierStore:
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
             return await self._claim(session, org_id, run_id, await self._intents(session, org_id, run_id))
 
+    async def claim_human(self, requested: HumanMessageRequested) -> list[Claimed]:
+        """Claim a person's message (stored by the API, still ``pending``): at most once, like a reply."""
+        async with self._sessions() as session, async_tenant_transaction(session, requested.org_id):
+            row = (
+                await session.execute(
+                    select(Message.id, Message.channel_session_id, Message.body).where(
+                        Message.org_id == requested.org_id,
+                        Message.id == requested.message_id,
+                        Message.sender == MessageSender.HUMAN.value,
+                        Message.delivery_status == MessageDeliveryStatus.PENDING.value,
+                    )
+                )
+            ).one_or_none()
+            if row is None:
+                return []  # unknown here, or already sent or failed: nothing to claim
+            candidate = _Candidate(row.id, row.channel_session_id, row.body, DeliveryKind.HUMAN, requested.chat_id)
+            return await self._claim(session, requested.org_id, None, [candidate])
+
     async def _claim(
-        self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID, candidates: list[_Candidate]
+        self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID | None, candidates: list[_Candidate]
     ) -> list[Claimed]:
         """One ``run_deliveries`` claim per message, won at most once ever (unique message id)."""
         claimed: list[Claimed] = []
@@ -326,7 +344,7 @@ class NotifierStore:
     async def record_outcome(
         self,
         org_id: uuid.UUID,
-        run_id: uuid.UUID,
+        run_id: uuid.UUID | None,
         claimed: Claimed,
         *,
         attempts: int,

@@ -56,6 +56,7 @@ __all__ = [
     "FollowUpConfig",
     "HandoffTriggered",
     "Header",
+    "HumanMessageRequested",
     "InboundMessage",
     "Insight",
     "Record",
@@ -413,6 +414,18 @@ class HandoffTriggered(Record):
     trigger: HandoffTrigger
     matched_keyword: str | None = None
     dry_run: bool = False
+
+
+class HumanMessageRequested(Record):
+    """``human_messages``: a person wrote to the customer from Switchboard; the notifier sends it."""
+
+    org_id: UUID
+    request_id: str | None = None
+    conversation_id: UUID
+    channel_session_id: UUID
+    chat_id: str
+    message_id: UUID
+    sent_by_user_id: UUID | None = None
 
 
 class AgentPublished(Record):

@@ -19,6 +19,7 @@ from switchboard.contracts.records import (
     DispatcherTick,
     DispatchRequested,
     HandoffTriggered,
+    HumanMessageRequested,
     Insight,
     Record,
     RunCompleted,
@@ -253,6 +254,17 @@ class Topics:
         retention_ms=7 * _DAY_MS,
         doc="dispatcher -> decision sink, analytics: every dispatch decision and why.",
     )
+    HUMAN_MESSAGES: Final = TopicSpec(
+        name="human_messages",
+        key_field="conversation_id",
+        record_type=HumanMessageRequested,
+        scope=Scope.CONVERSATION,
+        partitions=None,
+        cleanup_policy=CleanupPolicy.DELETE,
+        # Sent within seconds; a week covers any outage and replay (the message row is the record).
+        retention_ms=7 * _DAY_MS,
+        doc="api -> notifier: a person's message to the customer, to send once.",
+    )
 
 
 _ALL: Final[tuple[TopicSpec[Record], ...]] = (
@@ -269,6 +281,7 @@ _ALL: Final[tuple[TopicSpec[Record], ...]] = (
     Topics.RUN_HEARTBEATS,
     Topics.DISPATCHER_TICKS,
     Topics.DISPATCH_DECISIONS,
+    Topics.HUMAN_MESSAGES,
 )
 _BY_NAME: Final = {topic.name: topic for topic in _ALL}
 _BY_RECORD: Final = {topic.record_type: topic for topic in _ALL}

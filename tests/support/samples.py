@@ -25,6 +25,7 @@ from switchboard.contracts import (
     HandoffTrigger,
     HandoffTriggered,
     Header,
+    HumanMessageRequested,
     InboundMessage,
     Insight,
     InsightKind,
@@ -227,6 +228,14 @@ def realistic_records() -> list[Record]:
             urgency=Urgency.HIGH,
             trigger=HandoffTrigger.KEYWORD,
             matched_keyword="atendente",
+        ),
+        HumanMessageRequested(
+            org_id=ORG,
+            conversation_id=CONVERSATION,
+            channel_session_id=SESSION,
+            chat_id="5511999999999@c.us",
+            message_id=uuid4(),
+            sent_by_user_id=uuid4(),
         ),
         AgentPublished(
             org_id=ORG,

@@ -7,14 +7,15 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request, Response
 
-from services.api.conversations import reading, service, wake
+from services.api.conversations import reading, replies, service, wake
 from services.api.conversations.schemas import (
     ConversationView,
     DecisionView,
     HandbackResult,
     MessageView,
+    SendMessage,
     WakeRequest,
     WakeResult,
 )
@@ -168,6 +169,44 @@ async def hand_back(conversation_id: uuid.UUID, ctx: Manager, request: Request) 
         )
     )
     return Envelope(data=HandbackResult(**_view(result.row).model_dump(), agent_woken=result.agent_woken))
+
+
+@router.post(
+    "/conversations/{conversation_id}/messages",
+    response_model=Envelope[MessageView],
+    status_code=202,
+    responses=error_responses(Unauthorized, Forbidden, NotFound, Conflict, ValidationFailed),
+)
+async def send_message(
+    conversation_id: uuid.UUID,
+    body: SendMessage,
+    ctx: Manager,
+    request: Request,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias="Idempotency-Key", max_length=200, description="A retry with the same key is the same message"),
+    ] = None,
+) -> Envelope[MessageView]:
+    """A person answers the customer (409 unless the conversation is in `handoff`): stored `pending` and
+    sent once by the notifier; `delivery_status` follows (sent, delivered, read or failed). A repeated
+    `Idempotency-Key` answers `200` with the message already stored."""
+    serde: Serde = request.app.state.serde
+    sent = await ctx.session.run_sync(
+        lambda s: replies.send_human_message(
+            s,
+            serde,
+            org_id=ctx.org_id,
+            conversation_id=conversation_id,
+            text=body.text,
+            actor_user_id=ctx.principal.user_id,
+            idempotency_key=idempotency_key,
+            request_id=ctx.request_id,
+        )
+    )
+    if not sent.created:
+        response.status_code = 200
+    return Envelope(data=MessageView.model_validate(sent.message))
 
 
 @router.post(

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from switchboard.contracts import WakeContext, WakeReason
 from switchboard.db.enums import ConversationStatus
@@ -30,6 +30,21 @@ class HandbackResult(ConversationView):
     agent_woken: bool = Field(
         description="True when a dispatch with wake reason `assignment` was queued (agents listening to it run)"
     )
+
+
+class SendMessage(BaseModel):
+    """A person's message to the customer of a conversation handed to humans."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=4096, description="What the customer receives, as written")
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
 
 
 class WakeRequest(BaseModel):

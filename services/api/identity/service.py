@@ -57,7 +57,8 @@ def _slug(name: str) -> str:
     base = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40] or "org"
     if len(base) < 2:
         base = f"{base}-org"
-    return f"{base}-{secrets.token_hex(3)}"
+    # 48 random bits: with 24 a shared database of a few thousand same-named orgs collided.
+    return f"{base}-{secrets.token_hex(6)}"
 
 
 def _totp_aad(user_id: uuid.UUID) -> bytes:

@@ -68,4 +68,4 @@ def delivery_statuses(session: Session, org_id: uuid.UUID, run_ids: list[uuid.UU
             RunDelivery.kind == DeliveryKind.REPLY.value,
         )
     )
-    return {run_id: DeliveryState(status) for run_id, status in rows.all()}
+    return {run_id: DeliveryState(status) for run_id, status in rows.all() if run_id is not None}

@@ -200,7 +200,9 @@ def ingest(
 # channel, and learns the id only from the channel's answer: an echo that arrives first would
 # be stored again as a person's message. So an own message is first matched to the newest
 # unidentified outbound message of the conversation with the same text, written by the
-# platform in the last minutes; a match takes the channel's id instead of a new row. The row
+# platform in the last minutes (an agent's reply or intent, or a person's message sent from
+# Switchboard: only rows the platform wrote lack a channel id; ingested ones all have it);
+# a match takes the channel's id instead of a new row. The row
 # lock waits for a notifier recording the same row: after its commit the row has an id, no
 # longer matches, and the insert that follows sees the id taken (a duplicate).
 ECHO_WINDOW_MINUTES = 10
@@ -212,7 +214,7 @@ WHERE m.id = (
     SELECT o.id FROM messages AS o
     JOIN conversations AS cv ON cv.id = o.conversation_id
     WHERE cv.org_id = :org_id AND cv.channel_session_id = :channel_session_id AND cv.chat_id = :chat_id
-      AND o.org_id = :org_id AND o.direction = 'outbound' AND o.sender <> 'human' AND o.external_id IS NULL
+      AND o.org_id = :org_id AND o.direction = 'outbound' AND o.external_id IS NULL
       AND o.occurred_at > now() - interval '{ECHO_WINDOW_MINUTES} minutes' AND btrim(o.body, :blank) = :body
     ORDER BY o.occurred_at DESC
     LIMIT 1

@@ -26,10 +26,11 @@ class DeliveryState(StrEnum):
 
 
 class DeliveryKind(StrEnum):
-    """``reply``: the run's final text; ``intent``: a message the agent's send tool queued."""
+    """``reply``: the run's final text; ``intent``: a message the agent's send tool queued; ``human``: a person's."""
 
     REPLY = "reply"
     INTENT = "intent"
+    HUMAN = "human"  # a person's message after a handoff: no run (revision 0026)
 
 
 class NotificationState(StrEnum):
@@ -55,13 +56,15 @@ class RunDelivery(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         # The claim itself: a message is handed to a channel by at most one delivery row.
         UniqueConstraint("message_id"),
         CheckConstraint("attempts >= 0", name="attempts_non_negative"),
+        CheckConstraint("run_id IS NOT NULL OR kind = 'human'", name="run_unless_human"),
         Index(None, "run_id", "kind"),
         Index(None, "org_id", "created_at"),
         # The claims in flight, for the notifier's sweep of stale ones (revision 0020).
         Index("ix_run_deliveries_sending_updated_at", "updated_at", postgresql_where=text("status = 'sending'")),
     )
 
-    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("ai_agent_runs.id", ondelete="CASCADE"))
+    # The run whose reply or intent this is; NULL for a person's message (kind ``human``).
+    run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("ai_agent_runs.id", ondelete="CASCADE"))
     message_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
     kind: Mapped[str]
     # The channel plugin that sent it (``waha``...).

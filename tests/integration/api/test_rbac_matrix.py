@@ -92,6 +92,7 @@ POLICY: dict[tuple[str, str], Need] = {
     ("POST", "/api/v1/auth/password"): "viewer",
     ("GET", "/api/v1/conversations"): "manager",
     ("GET", "/api/v1/conversations/{conversation_id}/messages"): "manager",
+    ("POST", "/api/v1/conversations/{conversation_id}/messages"): "manager",
     ("GET", "/api/v1/conversations/{conversation_id}/decisions"): "manager",
     ("GET", "/api/v1/dispatch-decisions"): "manager",
     ("GET", "/api/v1/followups"): "manager",

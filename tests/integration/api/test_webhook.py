@@ -538,6 +538,7 @@ def _platform_reply(
     age_s: int,
     external_id: str | None = None,
     delivery_status: str = "pending",
+    sender: str = "agent",
 ) -> Message:
     """An agent's reply as the notifier stores it before calling the channel: no channel id yet."""
     row = Message(
@@ -545,7 +546,7 @@ def _platform_reply(
         conversation_id=conversation_id,
         channel_session_id=channel.id,
         direction="outbound",
-        sender="agent",
+        sender=sender,
         dedupe_key=f"reply:{uuid.uuid4()}",
         external_id=external_id,
         body=body,
@@ -575,6 +576,11 @@ async def test_the_channels_echo_of_a_platform_reply_is_not_stored_twice(
     conversation_id = session.get(Message, uuid.UUID(opened["message_id"])).conversation_id  # type: ignore[union-attr]
     reply = _platform_reply(session, channel, conversation_id, "Custa R$ 10.", age_s=5)
     stale = _platform_reply(session, channel, conversation_id, "Bom dia!", age_s=11 * 60)
+    # A person's message sent from Switchboard after a handoff: the platform wrote it too.
+    person = _platform_reply(session, channel, conversation_id, "Sou a Ana.", age_s=2, sender="human")
+    person_echo = message_event(channel, chat=chat, from_me=True, body="Sou a Ana.", event="message.any")
+    person_result = (await deliver(client, encode(person_echo), channel.secret)).json()["data"]
+    assert (person_result["message_id"], person_result["reason"]) == (str(person.id), "echo")
 
     echo = message_event(channel, chat=chat, from_me=True, body="Custa R$ 10.\n", event="message.any")
     first = (await deliver(client, encode(echo), channel.secret)).json()["data"]
@@ -599,6 +605,7 @@ async def test_the_channels_echo_of_a_platform_reply_is_not_stored_twice(
             ("agent", "Bom dia!", None),
             ("human", "Custa R$ 10.", typed["payload"]["id"]),
             ("human", "Bom dia!", late["payload"]["id"]),
+            ("human", "Sou a Ana.", person_echo["payload"]["id"]),
         ]
     )
     assert stale.external_id is None

@@ -10,10 +10,12 @@ import pytest
 from sqlalchemy import select
 
 from scripts.channel_server import ChannelServer
-from switchboard.contracts import Record, Topics, TopicSpec
+from services.notifier.settings import NotifierSettings
+from switchboard.contracts import HumanMessageRequested, Record, RunStatus, Serde, Topics, TopicSpec
 from switchboard.db.enums import Role
+from switchboard.db.models import Conversation, OutboxEvent
 from switchboard.db.models.audit import AuditLogEntry
-from switchboard.db.models.notifications import OrgWebhook
+from switchboard.db.models.notifications import OrgWebhook, RunDelivery
 from tests.integration.notifier.conftest import RunningNotifier, World, eventually
 from tests.support.agents import tenant_session
 from tests.support.api import create_org
@@ -85,3 +87,67 @@ async def test_conversations_of_another_org_are_not_found(
     assert mine.status_code == 200 and mine.json()["data"]["status"] == "open"
     not_handed_off = await api.post(f"{path}:handback", headers=world.org.headers(Role.MANAGER))
     assert not_handed_off.status_code == 409
+
+
+def _human_message_records(world: World, serde: Serde) -> list[HumanMessageRequested]:
+    """The ``human_messages`` outbox rows of the world's conversation (the relay has its own tests)."""
+    with tenant_session(world.org) as session:
+        rows = session.execute(
+            select(OutboxEvent.payload)
+            .where(
+                OutboxEvent.topic == Topics.HUMAN_MESSAGES.name, OutboxEvent.key == str(world.conversation_id).encode()
+            )
+            .order_by(OutboxEvent.id)
+        ).all()
+    return [serde.decode(Topics.HUMAN_MESSAGES, bytes(r.payload)) for r in rows]  # type: ignore[misc]
+
+
+async def test_a_person_answers_the_customer_after_a_handoff_once(
+    world: World,
+    channel: ChannelServer,
+    api: httpx.AsyncClient,
+    publish: Publish,
+    start_notifier: Start,
+    notifier_settings: NotifierSettings,
+) -> None:
+    """After a handoff the person who took it answers from Switchboard: stored, queued, sent once by the
+    notifier (a redelivered record sends nothing), and visible in the inbox with its delivery status."""
+    path = f"/api/v1/conversations/{world.conversation_id}/messages"
+    manager = world.org.headers(Role.MANAGER)
+    refused = await api.post(path, json={"text": "Oi"}, headers=manager)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "conversation_not_handed_off"
+    await start_notifier()
+    await publish(Topics.HANDOFF_TRIGGERED, world.handoff(world.run(status=RunStatus.HANDOFF, text=None)))
+    await eventually(lambda: world.conversation().status, lambda s: s == "handoff")
+
+    keyed = {**manager, "Idempotency-Key": "reply-1"}
+    first = await api.post(path, json={"text": "Olá, aqui é a Ana. Já vejo o seu pedido."}, headers=keyed)
+    again = await api.post(path, json={"text": "Olá, aqui é a Ana. Já vejo o seu pedido."}, headers=keyed)
+    blank = await api.post(path, json={"text": "   "}, headers=manager)
+    assert first.status_code == 202, first.text
+    assert again.status_code == 200 and again.json()["data"]["id"] == first.json()["data"]["id"]
+    assert blank.status_code == 422
+    message = first.json()["data"]
+    assert (message["sender"], message["direction"], message["delivery_status"]) == ("human", "outbound", "pending")
+
+    [record] = _human_message_records(world, Serde.from_settings(notifier_settings.kafka))
+    assert (str(record.message_id), record.chat_id) == (message["id"], world.chat_id)
+    await publish(Topics.HUMAN_MESSAGES, record)
+    await publish(Topics.HUMAN_MESSAGES, record)  # a replay sends nothing more
+    await eventually(lambda: [s.text for s in channel.delivered], lambda t: t == [message["body"]])
+    marker = world.run(text="marker")  # the partition moved past both copies
+    await publish(Topics.RUN_COMPLETED, marker)
+    await eventually(lambda: [d.status for d in world.deliveries(marker.run_id)], lambda s: s == ["sent"])
+
+    assert [s.text for s in channel.delivered] == [message["body"], "marker"]
+    with tenant_session(world.org) as session:
+        [delivery] = session.scalars(select(RunDelivery).where(RunDelivery.message_id == record.message_id)).all()
+        conversation = session.get_one(Conversation, world.conversation_id)
+        audit = session.scalars(
+            select(AuditLogEntry.action).where(AuditLogEntry.target_id == str(world.conversation_id))
+        ).all()
+    assert (delivery.kind, delivery.status, delivery.run_id) == ("human", "sent", None)
+    assert conversation.assigned_user_id == world.org.admin_user_id  # the writer took it
+    assert "conversation.message_sent" in audit
+    shown = (await api.get(path, headers=manager)).json()["data"]
+    assert [(m["sender"], m["delivery_status"]) for m in shown if m["id"] == message["id"]] == [("human", "sent")]

@@ -35,6 +35,8 @@ SPEC_TOPICS = {
     "run_heartbeats",
     "dispatcher_ticks",
     "dispatch_decisions",
+    # A person's message to the customer after a handoff (api -> notifier).
+    "human_messages",
 }
 
 
@@ -73,6 +75,7 @@ def test_conversation_topics_share_the_configured_partition_count() -> None:
         "run_heartbeats",
         "dispatcher_ticks",
         "dispatch_decisions",
+        "human_messages",
     }
     assert {t.partition_count(settings) for t in conversation} == {12}
     assert all(t.key_field == "conversation_id" for t in conversation)
