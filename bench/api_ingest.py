@@ -348,6 +348,21 @@ def median_result(results: list[WrkResult]) -> WrkResult:
 SMOKE = {"duration": 1.0, "warmup": 1.0, "rounds": 1, "connections": 4, "chats": 50, "per_second": 500}
 
 
+def mean_batch_size(api_url: str) -> str:
+    """How many deliveries the API's group commit wrote per transaction, from its /metrics."""
+    text = httpx.get(f"{api_url}/metrics", timeout=10).text
+    values = {
+        name: float(value)
+        for name, _, value in (line.partition(" ") for line in text.splitlines())
+        if name in ("switchboard_webhook_batch_size_sum", "switchboard_webhook_batch_size_count")
+    }
+    count = values.get("switchboard_webhook_batch_size_count", 0.0)
+    if not count:
+        return "no batch recorded"
+    deliveries = values["switchboard_webhook_batch_size_sum"]
+    return f"{count:.0f} for {deliveries:.0f} deliveries, {deliveries / count:.1f} per transaction on average"
+
+
 def measurements(bare: WrkResult, bare_db: WrkResult, ingest: WrkResult) -> list[Measurement]:
     """The run's figures against the bare FastAPI endpoint (stable metric names: docs/benchmarks.md)."""
     baseline = "bare FastAPI endpoint"
@@ -453,12 +468,14 @@ def main(argv: list[str] | None = None) -> int:
                     results[name].append(
                         run_wrk(url, files[f"round{i}"], duration=args.duration, server_pid=pids[name], **wrk_opts)
                     )
+            batches = mean_batch_size(api_url)
         stored, dispatched = count_stored(settings, fixture)
     finally:
         cleanup = "kept (--keep)" if args.keep else clean_up(settings, fixture)
         for path in files.values():
             path.unlink(missing_ok=True)
 
+    print(f"ingest transactions: {batches}")
     ingest = results["ingest"]
     b, d, g = (median_result(results[name]) for name in ("bare", "bare_db", "ingest"))
     ratio = g.rps / b.rps if b.rps else 0.0

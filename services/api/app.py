@@ -37,6 +37,7 @@ from services.api.runs.endpoints import router as runs_router
 from services.api.runs_live.endpoints import router as runs_live_router
 from services.api.settings import ApiSettings
 from services.api.webhooks.endpoints import router as webhooks_router
+from services.api.webhooks.group_commit import WebhookGroupCommit
 from switchboard.contracts import Serde
 from switchboard.crypto import KeyRing
 from switchboard.kafka.admin import broker_answers
@@ -61,6 +62,15 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.keyring = KeyRing.from_settings(settings.runtime)
         app.state.serde = Serde.from_settings(settings.kafka)
         app.state.database = Database.connect(settings.database)
+        writer = WebhookGroupCommit(
+            app.state.database.sessions,
+            keyring=app.state.keyring,
+            serde=app.state.serde,
+            writers=settings.webhook_writers,
+            max_batch=settings.webhook_batch_max,
+        )
+        writer.start()
+        app.state.webhook_writer = writer
         # The outbox relay rides along (one active per database, by advisory lock), so a
         # single `switchboard api` publishes what it writes; turn off with API_OUTBOX_RELAY=false
         # when `switchboard outbox-relay` runs separately.
@@ -95,6 +105,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                 await analysis.stop()
             if scheduler is not None:
                 await scheduler.stop()
+            await writer.stop()
             if relay is not None:
                 await relay.stop()
             await app.state.database.dispose()

@@ -21,6 +21,10 @@ class ApiSettings(ServiceSettings):
     # Serve the internal MCP tool server at /internal/mcp in this process (docs/runner.md); turn off
     # with API_MCP_ENABLED=false when `switchboard mcp` runs it separately.
     mcp_enabled: bool = True
+    # Webhook group commit (services/api/webhooks/group_commit.py): concurrent transactions writing
+    # deliveries, and the most deliveries one transaction takes.
+    webhook_writers: int = Field(default=2, ge=1, le=64)
+    webhook_batch_max: int = Field(default=64, ge=1, le=1000)
     # Fire due scheduled follow-ups as followUp wakes from this process (docs/memory.md); safe on every replica.
     followup_scheduler: bool = True
     # Seconds between two scans for due follow-ups (a follow-up fires at most this late).

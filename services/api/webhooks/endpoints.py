@@ -3,7 +3,8 @@
 No bearer token: WAHA proves itself with an HMAC-SHA512 of the raw body keyed
 by the channel session's secret (``X-Webhook-Hmac``). The handler answers as
 soon as the message row and its outbox record are committed; Kafka is the
-relay's business, so a slow or absent broker never slows WAHA down.
+relay's business, so a slow or absent broker never slows WAHA down. Deliveries that
+arrive together are committed together (``group_commit``).
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ from fastapi import APIRouter, Header, Request
 from prometheus_client import Counter
 from pydantic import ValidationError
 
-from services.api.core.database import PublicSession
 from services.api.core.errors import ApiError, Unauthorized, ValidationFailed, error_responses
 from services.api.core.responses import Envelope
 from services.api.webhooks import service
+from services.api.webhooks.group_commit import WebhookGroupCommit
 from services.api.webhooks.schemas import WahaEvent, WebhookResult
-from switchboard.contracts import Serde
-from switchboard.crypto import KeyRing
 
 router = APIRouter(prefix="/api/v1", tags=["webhooks"])
 
@@ -95,7 +94,6 @@ _REQUEST_BODY: dict[str, Any] = {
 )
 async def waha_webhook(
     request: Request,
-    session: PublicSession,
     x_webhook_hmac: Annotated[
         str | None, Header(alias="X-Webhook-Hmac", description="hex HMAC-SHA512 of the raw body, keyed by the secret")
     ] = None,
@@ -115,11 +113,8 @@ async def waha_webhook(
             algorithm=x_webhook_hmac_algorithm,
             request_id=getattr(request.state, "request_id", None),
         )
-        keyring: KeyRing = request.app.state.keyring
-        serde: Serde = request.app.state.serde
-        result = await session.run_sync(
-            lambda s: service.handle_delivery(s, keyring=keyring, serde=serde, delivery=delivery)
-        )
+        writer: WebhookGroupCommit = request.app.state.webhook_writer
+        result = await writer.submit(delivery)
     except ApiError as exc:
         DELIVERIES.labels("waha", exc.code).inc()
         raise

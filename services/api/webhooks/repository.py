@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Boolean, DateTime, Text, bindparam, select, text
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.orm import Session
 
@@ -25,25 +27,30 @@ from switchboard.db.lookups import ChannelSessionRoute
 from switchboard.db.models.channels import Message
 from switchboard.db.tenancy import TENANT_SETTING
 
-# ``lookup_channel_session`` (SECURITY DEFINER, works before the org is known) and
-# ``set_tenant`` in one round trip: ``set_config`` runs for the routed row only, so an
-# unknown session leaves the transaction without a tenant (and every tenant table empty).
-_ROUTE_AND_SET_TENANT = text(
-    f"""
-SELECT r.channel_session_id, r.org_id, r.status, set_config('{TENANT_SETTING}', r.org_id::text, true) AS tenant
-FROM lookup_channel_session(:provider, :external_session) AS r
+# ``lookup_channel_session`` (SECURITY DEFINER, works before the org is known) for every
+# session named in a batch of deliveries, in one round trip. The secrets are tenant rows:
+# they are read after the tenant is set (``session_secrets``).
+_ROUTES = text(
+    """
+SELECT n.name AS external_session, r.channel_session_id, r.org_id, r.status
+FROM unnest(CAST(:external_sessions AS text[])) AS n(name)
+CROSS JOIN LATERAL lookup_channel_session(:provider, n.name) AS r
 """
 )
 
 
-def route_and_set_tenant(session: Session, provider: str, external_session: str) -> ChannelSessionRoute | None:
-    """Which org and channel session a webhook belongs to; the transaction is then scoped to that org."""
-    row = session.execute(
-        _ROUTE_AND_SET_TENANT, {"provider": provider, "external_session": external_session}
-    ).one_or_none()
-    if row is None:
-        return None
-    return ChannelSessionRoute(row.channel_session_id, row.org_id, row.status)
+def routes(session: Session, provider: str, external_sessions: Iterable[str]) -> dict[str, ChannelSessionRoute]:
+    """Which org and channel session each named session belongs to (unknown names are absent)."""
+    rows = session.execute(_ROUTES, {"provider": provider, "external_sessions": sorted(set(external_sessions))})
+    return {row.external_session: ChannelSessionRoute(row.channel_session_id, row.org_id, row.status) for row in rows}
+
+
+def set_tenant(session: Session, org_id: uuid.UUID) -> None:
+    """Scope the rest of the transaction to ``org_id`` (a batch switches between its orgs)."""
+    session.execute(_SET_TENANT, {"org_id": str(org_id)})
+
+
+_SET_TENANT = text(f"SELECT set_config('{TENANT_SETTING}', :org_id, true)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,18 +63,22 @@ class SessionSecret:
     key_id: str | None
 
 
-_SESSION_SECRET = text(
-    "SELECT webhook_secret_ciphertext, webhook_secret_iv, webhook_secret_tag, webhook_secret_key_id"
-    " FROM channel_sessions WHERE org_id = :org_id AND id = :channel_session_id"
+_SESSION_SECRETS = text(
+    "SELECT id, webhook_secret_ciphertext, webhook_secret_iv, webhook_secret_tag, webhook_secret_key_id"
+    " FROM channel_sessions WHERE org_id = :org_id AND id = ANY(:channel_session_ids)"
 ).bindparams(
-    bindparam("org_id", type_=PG_UUID(as_uuid=True)), bindparam("channel_session_id", type_=PG_UUID(as_uuid=True))
+    bindparam("org_id", type_=PG_UUID(as_uuid=True)),
+    bindparam("channel_session_ids", type_=ARRAY(PG_UUID(as_uuid=True))),
 )
 
 
-def session_secret(session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID) -> SessionSecret | None:
-    """SQL compiled once (every delivery runs it; built per call it cost more than it ran)."""
-    row = session.execute(_SESSION_SECRET, {"org_id": org_id, "channel_session_id": channel_session_id}).one_or_none()
-    return None if row is None else SessionSecret(*row)
+def session_secrets(
+    session: Session, org_id: uuid.UUID, channel_session_ids: Iterable[uuid.UUID]
+) -> dict[uuid.UUID, SessionSecret]:
+    """The sealed secrets of the tenant's sessions, by id (the tenant must be set). SQL compiled
+    once: every batch runs it, and built per call it cost more than it ran."""
+    rows = session.execute(_SESSION_SECRETS, {"org_id": org_id, "channel_session_ids": list(channel_session_ids)})
+    return {row.id: SessionSecret(*row[1:]) for row in rows}
 
 
 @dataclass(frozen=True, slots=True)

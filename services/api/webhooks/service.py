@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import re
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from services.api.channels import alerts
 from services.api.channels.service import open_sealed
-from services.api.core.errors import Unauthorized, ValidationFailed
+from services.api.core.errors import ApiError, Unauthorized, ValidationFailed
 from services.api.webhooks import repository, slash
 from services.api.webhooks.schemas import (
     ACK_EVENT,
@@ -54,7 +55,7 @@ from switchboard.db.enums import (
     MessageSender,
 )
 from switchboard.db.lookups import ChannelSessionRoute
-from switchboard.db.outbox import enqueue_record
+from switchboard.db.outbox import OutboxBatch
 from switchboard.observability.logging import get_logger
 from switchboard.slash_commands import CommandName, ParseError, parse
 
@@ -116,40 +117,102 @@ def sign(secret: str | bytes, body: bytes) -> str:
     return hmac.new(key, body, hashlib.sha512).hexdigest()
 
 
-def _authenticate(session: Session, keyring: KeyRing, delivery: Delivery) -> ChannelSessionRoute:
-    """The route of a correctly signed delivery, with the tenant set; else 401."""
-    route = repository.route_and_set_tenant(session, ChannelProvider.WAHA.value, delivery.event.session)
-    if route is None:
-        signature_matches(_DECOY_SECRET, delivery.raw, delivery.signature, delivery.algorithm)
-        raise Unauthorized(BAD_SIGNATURE)
-    stored = repository.session_secret(session, route.org_id, route.channel_session_id)
-    secret = None
-    if stored is not None:
-        secret = open_sealed(
-            keyring,
-            "webhook_secret",
-            org_id=route.org_id,
-            session_id=route.channel_session_id,
-            ciphertext=stored.ciphertext,
-            iv=stored.iv,
-            tag=stored.tag,
-            key_id=stored.key_id,
-        )
-    if secret is None or not signature_matches(secret, delivery.raw, delivery.signature, delivery.algorithm):
-        raise Unauthorized(BAD_SIGNATURE)
-    return route
+Outcome = WebhookResult | ApiError
+"""What one delivery of a batch came to: its answer, or the error it is refused with."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A verified delivery's database work, to run once its org is the transaction's tenant."""
+
+    index: int
+    chat_id: str  # orders the batch's locks (see ``handle_deliveries``)
+    apply: Callable[[Session, OutboxBatch], WebhookResult]
 
 
 def handle_delivery(session: Session, *, keyring: KeyRing, serde: Serde, delivery: Delivery) -> WebhookResult:
-    """Authenticate one delivery and act on its event."""
-    route = _authenticate(session, keyring, delivery)
+    """Authenticate one delivery and act on its event (a batch of one)."""
+    (outcome,) = handle_deliveries(session, keyring=keyring, serde=serde, deliveries=[delivery])
+    if isinstance(outcome, ApiError):
+        raise outcome
+    return outcome
+
+
+def handle_deliveries(
+    session: Session, *, keyring: KeyRing, serde: Serde, deliveries: Sequence[Delivery]
+) -> list[Outcome]:
+    """Authenticate a batch of deliveries and act on each, in the caller's one transaction.
+
+    Round trips are per batch where they can be: one statement routes every session named,
+    one per org sets the tenant and reads its sessions' secrets; then each delivery's own
+    statements. A delivery refused before its first write (bad signature, invalid payload)
+    gets its error as its outcome and the others go on; an exception raised once writes have
+    begun is raised out of here, and the caller rolls the whole batch back
+    (``group_commit``). Orgs, then sessions, then chats are visited in one fixed order, so
+    two batches that lock the same conversations lock them in the same order (no deadlock);
+    the deliveries of one chat keep their arrival order.
+    """
+    routes = repository.routes(session, ChannelProvider.WAHA.value, (d.event.session for d in deliveries))
+    outcomes: list[Outcome | None] = [None] * len(deliveries)
+    outbox = OutboxBatch()  # the batch's dispatch records: one insert at the end
+    by_org: dict[uuid.UUID, list[tuple[int, ChannelSessionRoute]]] = {}
+    for index, delivery in enumerate(deliveries):
+        route = routes.get(delivery.event.session)
+        if route is None:
+            signature_matches(_DECOY_SECRET, delivery.raw, delivery.signature, delivery.algorithm)
+            outcomes[index] = Unauthorized(BAD_SIGNATURE)
+        else:
+            by_org.setdefault(route.org_id, []).append((index, route))
+    for org_id in sorted(by_org, key=str):
+        members = by_org[org_id]
+        repository.set_tenant(session, org_id)
+        sealed = repository.session_secrets(session, org_id, {route.channel_session_id for _, route in members})
+        planned: list[tuple[str, _Planned]] = []
+        for index, route in members:
+            delivery = deliveries[index]
+            secret = _open_secret(keyring, route, sealed.get(route.channel_session_id))
+            if secret is None or not signature_matches(secret, delivery.raw, delivery.signature, delivery.algorithm):
+                outcomes[index] = Unauthorized(BAD_SIGNATURE)
+                continue
+            try:
+                plan = _plan(index, route, delivery, serde)
+            except ApiError as exc:
+                outcomes[index] = exc
+                continue
+            if isinstance(plan, WebhookResult):
+                outcomes[index] = plan
+            else:
+                planned.append((str(route.channel_session_id), plan))
+        for _, plan in sorted(planned, key=lambda item: (item[0], item[1].chat_id)):
+            outcomes[plan.index] = plan.apply(session, outbox)
+    outbox.flush(session)
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _open_secret(keyring: KeyRing, route: ChannelSessionRoute, stored: repository.SessionSecret | None) -> bytes | None:
+    if stored is None:
+        return None
+    return open_sealed(
+        keyring,
+        "webhook_secret",
+        org_id=route.org_id,
+        session_id=route.channel_session_id,
+        ciphertext=stored.ciphertext,
+        iv=stored.iv,
+        tag=stored.tag,
+        key_id=stored.key_id,
+    )
+
+
+def _plan(index: int, route: ChannelSessionRoute, delivery: Delivery, serde: Serde) -> _Planned | WebhookResult:
+    """Validate an authenticated delivery's payload (no database): its work, or its answer already."""
     event = delivery.event
     if event.event in MESSAGE_EVENTS:
-        return ingest_message(session, route=route, event=event, serde=serde, request_id=delivery.request_id)
+        return _plan_message(index, route, event, serde, delivery.request_id)
     if event.event == SESSION_STATUS_EVENT:
-        return record_session_status(session, route=route, event=event, serde=serde, request_id=delivery.request_id)
+        return _plan_session_status(index, route, event, serde, delivery.request_id)
     if event.event == ACK_EVENT:
-        return record_delivery_ack(session, route=route, event=event)
+        return _plan_delivery_ack(index, route, event)
     return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="event_ignored")
 
 
@@ -161,11 +224,9 @@ def _invalid(what: str, exc: ValidationError) -> ValidationFailed:
     return ValidationFailed(f"The {what} payload is invalid", details={"errors": problems})
 
 
-def record_session_status(
-    session: Session, *, route: ChannelSessionRoute, event: WahaEvent, serde: Serde, request_id: str | None
-) -> WebhookResult:
-    """Follow WAHA's session state: only ``working`` sessions can be bound when an agent is published.
-    A working session going down is announced to the owner (``channels.alerts``)."""
+def _plan_session_status(
+    index: int, route: ChannelSessionRoute, event: WahaEvent, serde: Serde, request_id: str | None
+) -> _Planned | WebhookResult:
     try:
         payload = WahaSessionStatus.model_validate(event.payload)
     except ValidationError as exc:
@@ -173,6 +234,18 @@ def record_session_status(
     status = _WAHA_STATUSES.get(payload.status.upper())
     if status is None:
         return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="event_ignored")
+
+    def apply(session: Session, _outbox: OutboxBatch) -> WebhookResult:
+        return record_session_status(session, route=route, status=status, serde=serde, request_id=request_id)
+
+    return _Planned(index, "", apply)
+
+
+def record_session_status(
+    session: Session, *, route: ChannelSessionRoute, status: ChannelSessionStatus, serde: Serde, request_id: str | None
+) -> WebhookResult:
+    """Follow WAHA's session state: only ``working`` sessions can be bound when an agent is published.
+    A working session going down is announced to the owner (``channels.alerts``)."""
     change = repository.set_session_status(session, route.org_id, route.channel_session_id, status.value)
     if change is not None and alerts.is_disconnection(change.previous, status):
         alerts.announce_disconnected(
@@ -192,7 +265,7 @@ def record_session_status(
     return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="session_status")
 
 
-def record_delivery_ack(session: Session, *, route: ChannelSessionRoute, event: WahaEvent) -> WebhookResult:
+def _plan_delivery_ack(index: int, route: ChannelSessionRoute, event: WahaEvent) -> _Planned | WebhookResult:
     """Move an own message's ``delivery_status`` forward: the inbox shows what was delivered and read.
 
     A receipt for a message not (yet) known by its channel id changes nothing: the notifier
@@ -203,8 +276,10 @@ def record_delivery_ack(session: Session, *, route: ChannelSessionRoute, event: 
         raise _invalid("message.ack", exc) from exc
     level = payload.ack if payload.ack is not None else _ACK_NAMES.get((payload.ack_name or "").upper())
     status = _ACK_LEVELS.get(level) if level is not None else None
-    advanced = None
-    if status is not None:
+    if status is None:
+        return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="delivery_ack")
+
+    def apply(session: Session, _outbox: OutboxBatch) -> WebhookResult:
         advanced = repository.advance_delivery_status(
             session,
             org_id=route.org_id,
@@ -212,7 +287,10 @@ def record_delivery_ack(session: Session, *, route: ChannelSessionRoute, event: 
             external_id=payload.id,
             status=status.value,
         )
-    return WebhookResult(message_id=advanced, dispatched=False, duplicate=False, reason="delivery_ack")
+        return WebhookResult(message_id=advanced, dispatched=False, duplicate=False, reason="delivery_ack")
+
+    # The receipt names no chat: ordered first within its session.
+    return _Planned(index, "", apply)
 
 
 def _is_run_command(text: str | None) -> bool:
@@ -268,18 +346,58 @@ def ingest_message(
     session: Session, *, route: ChannelSessionRoute, event: WahaEvent, serde: Serde, request_id: str | None
 ) -> WebhookResult:
     """Store the message once; dispatch it when a customer wrote it in a one-to-one chat an agent may answer."""
+    plan = _plan_message(0, route, event, serde, request_id)
+    if isinstance(plan, WebhookResult):
+        return plan
+    outbox = OutboxBatch()
+    result = plan.apply(session, outbox)
+    outbox.flush(session)
+    return result
+
+
+def _plan_message(
+    index: int, route: ChannelSessionRoute, event: WahaEvent, serde: Serde, request_id: str | None
+) -> _Planned | WebhookResult:
     try:
         message = WahaMessage.model_validate(event.payload)
     except ValidationError as exc:
         raise _invalid("message", exc) from exc
-    from_me = message.from_me
-    chat_id = message.to if from_me else message.from_
+    chat_id = message.to if message.from_me else message.from_
     if not chat_id:
         raise ValidationFailed(
             "An own message (fromMe) needs `to`", details={"errors": [{"loc": ["payload", "to"], "msg": "required"}]}
         )
     if chat_id.endswith(_BROADCAST_SUFFIXES):
         return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="broadcast")
+    return _Planned(
+        index,
+        chat_id,
+        lambda session, outbox: _store_message(
+            session,
+            outbox,
+            route=route,
+            event=event,
+            message=message,
+            chat_id=chat_id,
+            serde=serde,
+            request_id=request_id,
+        ),
+    )
+
+
+def _store_message(
+    session: Session,
+    outbox: OutboxBatch,
+    *,
+    route: ChannelSessionRoute,
+    event: WahaEvent,
+    message: WahaMessage,
+    chat_id: str,
+    serde: Serde,
+    request_id: str | None,
+) -> WebhookResult:
+    """The message's writes: a command handled at ingest, an echo matched, or the message stored (and dispatched)."""
+    from_me = message.from_me
     if not chat_id.endswith("@g.us"):
         # /todo and /compact are handled here, before dispatch: never stored as a message nor sent to the agent.
         handled = slash.handle_ingest_command(
@@ -378,5 +496,5 @@ def ingest_message(
         ),
         dry_run=False,
     )
-    enqueue_record(session, Topics.DISPATCH_REQUESTED, record, serde=serde)
+    outbox.add(Topics.DISPATCH_REQUESTED, record, serde=serde)
     return WebhookResult(message_id=message_id, dispatched=True, duplicate=False)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
 import pytest
+from sqlalchemy.orm import Session
 
 from services.api.app import create_app
 from services.api.settings import ApiSettings
+from switchboard.db.session import create_engine, set_tenant
 from switchboard.settings import DatabaseSettings, KafkaSettings
 from tests.support.api import OrgHandle, create_org
 from tests.support.stack import StackEndpoints
@@ -46,3 +49,22 @@ def make_org(stack: StackEndpoints, migrated: None) -> Callable[..., OrgHandle]:
 @pytest.fixture
 def org(make_org: Callable[..., OrgHandle]) -> OrgHandle:
     return make_org()
+
+
+@pytest.fixture
+def db(api_settings: ApiSettings) -> Iterator[Callable[[uuid.UUID], Session]]:
+    """Sessions as the application role, scoped to one org (row-level security applies)."""
+    engine = create_engine(api_settings.database.url.get_secret_value(), pool_size=1)
+    sessions: list[Session] = []
+
+    def _open(org_id: uuid.UUID) -> Session:
+        session = Session(engine)
+        session.begin()
+        set_tenant(session, org_id)
+        sessions.append(session)
+        return session
+
+    yield _open
+    for session in sessions:
+        session.close()
+    engine.dispose()

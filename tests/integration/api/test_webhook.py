@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ from services.api.settings import ApiSettings
 from services.api.webhooks.service import sign
 from switchboard.contracts import DispatchRequested, Serde, Topics, WakeReason
 from switchboard.db.models.channels import ChannelSession, Contact, Conversation, Message
-from switchboard.db.session import create_engine, set_tenant
+from switchboard.db.session import set_tenant
 from tests.support.api import OrgHandle
 
 pytestmark = pytest.mark.integration
@@ -94,25 +94,6 @@ async def deliver(
     if secret is not None:
         sent["X-Webhook-Hmac"] = sign(secret, raw)
     return await client.post(WEBHOOK, content=raw, headers=sent)
-
-
-@pytest.fixture
-def db(api_settings: ApiSettings) -> Iterator[Callable[[uuid.UUID], Session]]:
-    """Sessions as the application role, scoped to one org (row-level security applies)."""
-    engine = create_engine(api_settings.database.url.get_secret_value(), pool_size=1)
-    sessions: list[Session] = []
-
-    def _open(org_id: uuid.UUID) -> Session:
-        session = Session(engine)
-        session.begin()
-        set_tenant(session, org_id)
-        sessions.append(session)
-        return session
-
-    yield _open
-    for session in sessions:
-        session.close()
-    engine.dispose()
 
 
 def messages(session: Session, channel: Channel, external_id: str) -> list[Message]:
