@@ -161,7 +161,8 @@ async def test_budget_incidents_notify_the_admins_once_per_key(
     await publish(Topics.INSIGHTS, insight(world, hard))
 
     await eventually(lambda: [n.status for n in notifications(world)], lambda s: s == ["sent", "sent"])
-    assert [h.json()["data"]["insight_key"] for h in receiver.hits] == [key, hard]
+    # Different keys may sit on different partitions, handled side by side: no order between them.
+    assert sorted(h.json()["data"]["insight_key"] for h in receiver.hits) == sorted([key, hard])
     assert all(h.json()["type"] == "budget.incident" for h in receiver.hits)
     assert all(verify(secret, h.headers, h.body) for h in receiver.hits)
 
