@@ -1,4 +1,5 @@
-"""The API's database access: one async engine per process, one transaction per request.
+"""The API's database access: one async engine per process, one transaction per request
+(webhook deliveries excepted: they share transactions, ``webhooks.group_commit``).
 
 Requests that act for an organization get a session whose transaction has
 ``app.org_id`` set (row-level security), opened by the authentication
