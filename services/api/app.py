@@ -127,7 +127,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz(request: Request) -> JSONResponse:
-        checks = {"database": False, "kafka": False}
+        checks = {"database": False, "kafka": False, "webhook_writer": request.app.state.webhook_writer.running}
         try:
             async with request.app.state.database.engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))

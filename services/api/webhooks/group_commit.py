@@ -87,6 +87,11 @@ class WebhookGroupCommit:
         self._tasks: list[asyncio.Task[None]] = []
         self.stats = BatchStats()
 
+    @property
+    def running(self) -> bool:
+        """Every writer task is alive (the API's readiness says so)."""
+        return bool(self._tasks) and not any(task.done() for task in self._tasks)
+
     def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._write_forever(), name=f"webhook-writer-{number}")
@@ -123,9 +128,12 @@ class WebhookGroupCommit:
                 await self._write(batch)
             except asyncio.CancelledError:
                 for pending in batch:
-                    if not pending.answer.done():
-                        pending.answer.set_exception(WriterStopped("the webhook writer stopped"))
+                    _answer(pending, WriterStopped("the webhook writer stopped"))
                 raise
+            except Exception as exc:  # a writer must not die: every later delivery would wait forever
+                log.exception("webhook writer failed", extra={"deliveries": len(batch)})
+                for pending in batch:
+                    _answer(pending, exc)
 
     async def _write(self, batch: list[_Pending]) -> None:
         self._count(len(batch))

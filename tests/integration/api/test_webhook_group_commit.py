@@ -223,3 +223,8 @@ async def test_a_failed_batch_is_written_again_one_delivery_at_a_time(
         assert len(stored(session, channel, events[i]["payload"]["id"])) == 1
     with pytest.raises(WriterStopped):
         await writer.submit(delivery(channel, events[0]))
+
+
+async def test_readiness_reports_the_webhook_writer(client: httpx.AsyncClient) -> None:
+    answer = await client.get("/readyz")
+    assert answer.json()["checks"]["webhook_writer"] is True
