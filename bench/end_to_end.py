@@ -194,6 +194,7 @@ async def run_switchboard(
             environ={},
             # No echoes or receipts: the seed baseline gets none either (docs/benchmarks.md).
             channel_callbacks=False,
+            dispatcher_metrics_url=topology.metrics_urls["dispatcher"],
         )
     raise_rate_limit(scratch.owner_url, org.org_id)
     target = Target(topology.api_url + bootstrap.WEBHOOK_PATH, org.session_name, org.webhook_secret)

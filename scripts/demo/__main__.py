@@ -49,7 +49,11 @@ async def _play(report: Report, topology: processes.Topology, env: dict[str, str
     async with httpx.AsyncClient(base_url=topology.api_url, timeout=30) as api:
         report.section("bootstrap (switchboard admin bootstrap + the REST API)")
         org = await bootstrap.bootstrap(
-            api, env, channel_url=topology.channel_url or "http://127.0.0.1:9", channel_api_key=api_key
+            api,
+            env,
+            channel_url=topology.channel_url or "http://127.0.0.1:9",
+            channel_api_key=api_key,
+            dispatcher_metrics_url=topology.metrics_urls["dispatcher"],
         )
         report.kv("org", org.org_id)
         report.kv("channel session", f"{org.session_name} (working, via a signed session.status webhook)")

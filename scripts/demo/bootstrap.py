@@ -9,6 +9,7 @@ what WAHA would send — and two published agents of different priority.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -199,11 +200,17 @@ async def bootstrap(
     label: str = "Demo",
     environ: Mapping[str, str] = os.environ,
     channel_callbacks: bool = True,
+    dispatcher_metrics_url: str | None = None,
 ) -> DemoOrg:
     """A fresh org with admin, token, a ``working`` channel session and two published agents.
 
     ``channel_callbacks``: the channel server calls our webhook back with echoes and receipts,
-    as WAHA does for a session subscribed to ``message.any`` and ``message.ack``."""
+    as WAHA does for a session subscribed to ``message.any`` and ``message.ack``.
+    ``dispatcher_metrics_url``: return only once the dispatcher's published index holds the two
+    agents (its ``switchboard_dispatcher_published_agents`` grew by two). A publication
+    reaches the dispatcher through the outbox and Kafka; a message that arrives before it
+    finds no agent (decided ``no_match``), which a script playing messages right away must not
+    mistake for a failure of the scenario."""
     suffix = uuid.uuid4().hex[:8]
     made = cli_bootstrap(env, org_name=f"{label} {suffix}", email=f"admin-{suffix}@demo.switchboard.local")
     headers = {"Authorization": f"Bearer {made['token']}"}
@@ -237,6 +244,7 @@ async def bootstrap(
     _check(current, "read channel session")
     if current.json()["data"]["status"] != "working":
         raise DemoError(f"channel session is {current.json()['data']['status']!r} after a signed WORKING webhook")
+    known_before = await published_agents(client, dispatcher_metrics_url) if dispatcher_metrics_url else 0
     org.agents[GENERAL_AGENT] = await _publish_agent(
         client, org, GENERAL_AGENT, 10, _version(org.model, org.channel_session_id)
     )
@@ -248,4 +256,30 @@ async def bootstrap(
         trigger_config={"event_types": ["message"], "ignore_groups": True, "keyword_regex": BUDGET_TRIGGER_REGEX},
     )
     org.agents[BUDGET_AGENT] = await _publish_agent(client, org, BUDGET_AGENT, 20, budget)
+    if dispatcher_metrics_url:
+        await _wait_for_index(client, dispatcher_metrics_url, known_before + len(org.agents))
     return org
+
+
+PUBLISHED_AGENTS_METRIC = "switchboard_dispatcher_published_agents"
+INDEX_TIMEOUT_S = 60.0
+
+
+async def published_agents(client: httpx.AsyncClient, metrics_url: str) -> int:
+    """How many agents the dispatcher's published index holds, from its ``/metrics``."""
+    answer = await client.get(metrics_url)
+    _check(answer, "read the dispatcher's metrics")
+    for line in answer.text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == PUBLISHED_AGENTS_METRIC:
+            return int(float(value))
+    return 0
+
+
+async def _wait_for_index(client: httpx.AsyncClient, metrics_url: str, expected: int) -> None:
+    deadline = time.monotonic() + INDEX_TIMEOUT_S
+    while (known := await published_agents(client, metrics_url)) < expected:
+        if time.monotonic() > deadline:
+            waited = f"{INDEX_TIMEOUT_S:.0f} s"
+            raise DemoError(f"after {waited} the dispatcher knows {known} published agents, not {expected}")
+        await asyncio.sleep(0.1)

@@ -174,6 +174,7 @@ async def pipeline(
                 channel_api_key=api_key,
                 label="Chaos",
                 environ={"OPENAI_API_KEY": FAKE_KEY},
+                dispatcher_metrics_url=topology.metrics_urls["dispatcher"],
             )
         await asyncio.to_thread(_raise_rate_limit, chaos_database, org.org_id)
         yield Pipeline(group, topology, chaos_broker, chaos_topics, chaos_database, org, fake_model)

@@ -98,6 +98,12 @@ async def stage(
         httpx.AsyncClient(base_url=topology.channel_url, timeout=10) as channel,
     ):
         org = await bootstrap.bootstrap(
-            api, group.env, channel_url=topology.channel_url, channel_api_key=api_key, label="E2E", environ={}
+            api,
+            group.env,
+            channel_url=topology.channel_url,
+            channel_api_key=api_key,
+            label="E2E",
+            environ={},
+            dispatcher_metrics_url=topology.metrics_urls["dispatcher"],
         )
         yield Stage(api, channel, org, Report(), e2e_database, timeout_s=30, settle_s=1.5)
