@@ -4,7 +4,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from switchboard.credentials import ProviderSettings
-from switchboard.settings import ServiceSettings
+from switchboard.settings import EgressSettings, ServiceSettings
 
 
 class ApiSettings(ServiceSettings):
@@ -42,3 +42,5 @@ class ApiSettings(ServiceSettings):
     login_failure_window_s: int = Field(default=900, ge=10, le=86_400)
     # Provider endpoints used to validate BYO keys (env prefix ``PROVIDERS_``).
     providers: ProviderSettings = Field(default_factory=ProviderSettings)
+    # Where a credential's base_url may lead when its key is validated (env prefix ``SWITCHBOARD_EGRESS_``).
+    egress: EgressSettings = Field(default_factory=EgressSettings)

@@ -9,7 +9,7 @@ log) and never logs the key or an exception message (which could quote it).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from services.api.core.database import Database
 from services.api.credentials import service
@@ -18,6 +18,7 @@ from switchboard.credentials import CredentialUnavailable, OpenedCredential, Pro
 from switchboard.crypto import KeyRing
 from switchboard.db.enums import CredentialValidation
 from switchboard.db.session import async_tenant_transaction
+from switchboard.egress import EgressPolicy
 from switchboard.observability.logging import get_logger
 
 log = get_logger(__name__)
@@ -30,6 +31,7 @@ class ValidationDeps:
     database: Database
     keyring: KeyRing
     providers: ProviderSettings
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
 
 
 async def validate_in_background(deps: ValidationDeps, org_id: uuid.UUID, credential_id: uuid.UUID) -> None:
@@ -47,7 +49,7 @@ async def validate_in_background(deps: ValidationDeps, org_id: uuid.UUID, creden
         if credential is None:
             outcome = ValidationOutcome(CredentialValidation.ERROR, error="the stored key cannot be decrypted")
         else:
-            outcome = await probe(credential, deps.providers)
+            outcome = await probe(credential, deps.providers, deps.egress)
             credential = None
         async with deps.database.sessions() as session, async_tenant_transaction(session, org_id):
             await session.run_sync(

@@ -27,6 +27,7 @@ from services.api.core.responses import Envelope
 from services.api.credentials import service
 from services.api.credentials.background import ValidationDeps, validate_in_background
 from services.api.credentials.schemas import CreateCredential, CredentialProvider, CredentialView
+from services.api.settings import ApiSettings
 from switchboard.credentials import ProviderSettings
 from switchboard.crypto import KeyRing
 
@@ -40,8 +41,12 @@ def _keyring(request: Request) -> KeyRing:
 
 def _validation_deps(request: Request) -> ValidationDeps:
     state = request.app.state
-    providers: ProviderSettings = state.settings.providers
-    return ValidationDeps(database=state.database, keyring=state.keyring, providers=providers)
+    settings: ApiSettings = state.settings
+    providers: ProviderSettings = settings.providers
+    egress = settings.egress.policy(
+        trusted_urls=tuple(providers.base_url(provider) for provider in ("anthropic", "openai", "google"))
+    )
+    return ValidationDeps(database=state.database, keyring=state.keyring, providers=providers, egress=egress)
 
 
 @router.post(

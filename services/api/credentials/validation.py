@@ -18,6 +18,7 @@ import httpx
 
 from switchboard.credentials import OpenedCredential, ProviderSettings
 from switchboard.db.enums import CredentialValidation, LlmProvider
+from switchboard.egress import EgressPolicy, EgressRefused, GuardedTransport
 from switchboard.observability.scrubbing import REDACTED, scrub_text
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -128,20 +129,30 @@ async def _read_capped(response: httpx.Response) -> Any:
         return None
 
 
-async def probe(credential: OpenedCredential, providers: ProviderSettings) -> ValidationOutcome:
-    """Ask the provider (or the credential's base_url) to list models with this key."""
+async def probe(
+    credential: OpenedCredential, providers: ProviderSettings, egress: EgressPolicy | None = None
+) -> ValidationOutcome:
+    """Ask the provider (or the credential's base_url) to list models with this key.
+
+    A tenant's base_url is called through the egress guard: its host is resolved when the
+    request is made, and an address the policy refuses (cloud metadata, link-local; private
+    ones when the operator denies them) is never called — a name saved as harmless may
+    resolve to one later (docs/security.md)."""
     provider = LlmProvider(credential.provider)
     url, headers, params = build_request(
         provider, credential.base_url or providers.base_url(provider), credential.api_key
     )
     timeout = httpx.Timeout(providers.validation_timeout_s)
+    transport = GuardedTransport(egress or EgressPolicy()) if credential.base_url else None
     try:
         async with (
-            httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client,
+            httpx.AsyncClient(timeout=timeout, follow_redirects=False, transport=transport) as client,
             client.stream("GET", url, headers=headers, params=params) as response,
         ):
             body = await _read_capped(response)
             return _outcome_for_status(provider, response.status_code, body, credential.api_key)
+    except EgressRefused as exc:
+        reason = f"base_url refused by the egress policy ({exc.reason})"
     except httpx.TimeoutException:
         reason = f"no answer within {providers.validation_timeout_s:g} s"
     except httpx.HTTPError as exc:

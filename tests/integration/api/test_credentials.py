@@ -48,6 +48,7 @@ from switchboard.db.models.tenancy import User
 from switchboard.db.session import create_engine, tenant_transaction
 from switchboard.observability.logging import JsonFormatter
 from switchboard.rotation import rotate_encryption_keys
+from switchboard.settings import EgressSettings
 from tests.support.api import OrgHandle
 from tests.support.stack import StackEndpoints
 
@@ -744,3 +745,30 @@ def _dev_key_b64() -> str:
     from switchboard import crypto
 
     return base64.b64encode(crypto._DEV_KEY).decode()
+
+
+async def test_a_base_url_is_checked_against_the_egress_policy_when_the_key_is_validated(
+    api_settings: ApiSettings, fake_providers: FakeProviders, org: OrgHandle
+) -> None:
+    """The name is resolved when the validation calls it: ``localhost`` passes the save-time check
+    (not a literal address) and is refused at call time by an operator denying private networks,
+    before any request leaves; the network the operator allows is called."""
+    port = fake_providers.base.rsplit(":", 1)[1]
+    base_url = f"http://localhost:{port}/v1"
+    strict = _settings(api_settings, fake_providers).model_copy(update={"egress": EgressSettings(deny_private=True)})
+    async for client in _app_client(strict):
+        created = await _create(client, org, provider="openai", api_key=OPENAI_GOOD, base_url=base_url)
+        assert created.status_code == 201, created.text
+        settled = await _settled(client, org, created.json()["data"]["id"])
+    assert settled["validation_status"] == "error"
+    assert settled["validation_error"] == "openai: base_url refused by the egress policy (private)"
+    assert fake_providers.requests == []
+
+    allowed = strict.model_copy(
+        update={"egress": EgressSettings(deny_private=True, allowed_cidrs="127.0.0.0/8,::1/128")}
+    )
+    async for client in _app_client(allowed):
+        created = await _create(client, org, provider="openai", api_key=OPENAI_GOOD, base_url=base_url)
+        settled = await _settled(client, org, created.json()["data"]["id"])
+    assert settled["validation_status"] == "valid", settled
+    assert len(fake_providers.requests) == 1
