@@ -62,15 +62,6 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.keyring = KeyRing.from_settings(settings.runtime)
         app.state.serde = Serde.from_settings(settings.kafka)
         app.state.database = Database.connect(settings.database)
-        writer = WebhookGroupCommit(
-            app.state.database.sessions,
-            keyring=app.state.keyring,
-            serde=app.state.serde,
-            writers=settings.webhook_writers,
-            max_batch=settings.webhook_batch_max,
-        )
-        writer.start()
-        app.state.webhook_writer = writer
         # The outbox relay rides along (one active per database, by advisory lock), so a
         # single `switchboard api` publishes what it writes; turn off with API_OUTBOX_RELAY=false
         # when `switchboard outbox-relay` runs separately.
@@ -82,6 +73,16 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             )
             relay.start()
         app.state.outbox_relay = relay
+        writer = WebhookGroupCommit(
+            app.state.database.sessions,
+            keyring=app.state.keyring,
+            serde=app.state.serde,
+            writers=settings.webhook_writers,
+            max_batch=settings.webhook_batch_max,
+            on_commit=relay.wake if relay is not None else None,
+        )
+        writer.start()
+        app.state.webhook_writer = writer
         # Due follow-ups become followUp wakes through the outbox (docs/memory.md); every replica may run it.
         scheduler: FollowupScheduler | None = None
         if settings.followup_scheduler:

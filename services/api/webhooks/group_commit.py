@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import Counter, Histogram
@@ -77,12 +78,15 @@ class WebhookGroupCommit:
         serde: Serde,
         writers: int = 2,
         max_batch: int = 64,
+        on_commit: Callable[[], None] | None = None,
     ) -> None:
         self._sessions = sessions
         self._keyring = keyring
         self._serde = serde
         self._writers = writers
         self._max_batch = max_batch
+        # Called after a commit that wrote outbox records (the in-process relay's ``wake``).
+        self._on_commit = on_commit
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self.stats = BatchStats()
@@ -152,6 +156,7 @@ class WebhookGroupCommit:
             for pending in batch:
                 await self._write_alone(pending)
             return
+        self._committed(outcomes)
         for pending, outcome in zip(batch, outcomes, strict=True):
             _answer(pending, outcome)
 
@@ -159,9 +164,14 @@ class WebhookGroupCommit:
         outcome: WebhookResult | BaseException
         try:
             (outcome,) = await self._transaction([pending.delivery])
+            self._committed([outcome])
         except Exception as exc:
             outcome = exc
         _answer(pending, outcome)
+
+    def _committed(self, outcomes: list[service.Outcome]) -> None:
+        if self._on_commit is not None and any(isinstance(o, WebhookResult) and o.dispatched for o in outcomes):
+            self._on_commit()
 
     async def _transaction(self, deliveries: list[service.Delivery]) -> list[service.Outcome]:
         async with self._sessions() as session, session.begin():

@@ -202,7 +202,9 @@ async def test_a_failed_batch_is_written_again_one_delivery_at_a_time(
         keyring=KeyRing.from_settings(api_settings.runtime),
         serde=Serde.from_settings(api_settings.kafka),
         writers=1,
+        on_commit=lambda: commits.append(1),  # the API passes its relay's wake()
     )
+    commits: list[int] = []
     writer.start()
     try:
         # Queued before the writer runs again: one batch of five.
@@ -215,6 +217,7 @@ async def test_a_failed_batch_is_written_again_one_delivery_at_a_time(
 
     assert writer.stats.largest_batch == 5
     assert writer.stats.retried_batches == 1
+    assert len(commits) == 4, "each delivery written alone and dispatched wakes the relay once"
     assert isinstance(outcomes[2], Exception) and "division by zero" in str(outcomes[2])
     assert all(isinstance(outcomes[i], WebhookResult) and outcomes[i].dispatched for i in (0, 1, 3, 4))  # type: ignore[union-attr]
     session = db(org.org_id)

@@ -328,3 +328,18 @@ async def test_the_api_runs_the_relay_in_its_lifespan_unless_disabled(
             await asyncio.sleep(1)
             assert app.state.outbox_relay is None and pending_count(outbox_db) == 1
     assert lock_holder_pid(outbox_db) is None, "shutdown released the lock"
+
+
+async def test_wake_ends_the_idle_pause_at_once(outbox_db: MigratedDatabase, topics: KafkaSettings) -> None:
+    """A writer in the relay's process calls ``wake()`` after its commit (the API's webhook group
+    commit): the row is published long before the idle pause would have ended."""
+    writer = Writer(outbox_db, topics)
+    slow = relay_settings(outbox_db, topics, idle_poll_min_s=8.0, idle_poll_max_s=8.0)
+    async with running_relay(slow) as relay:
+        await wait_until(lambda: relay.leading, timeout_s=10, what="relay leading")
+        await asyncio.sleep(0.5)  # now in its first 8 s pause
+        writer.commit([uuid.uuid4()])
+        woken_at = time.monotonic()
+        relay.wake()
+        await wait_until(lambda: pending_count(outbox_db) == 0, timeout_s=5, what="woken relay published")
+        assert time.monotonic() - woken_at < 4.0
