@@ -185,6 +185,7 @@ def handle_deliveries(
                 planned.append((str(route.channel_session_id), plan))
         for _, plan in sorted(planned, key=lambda item: (item[0], item[1].chat_id)):
             outcomes[plan.index] = plan.apply(session, outbox)
+        session.flush()  # ORM writes (a /todo item) go out under their own org's tenant
     outbox.flush(session)
     return [outcome for outcome in outcomes if outcome is not None]
 

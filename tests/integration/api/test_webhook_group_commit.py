@@ -104,6 +104,10 @@ async def test_one_batch_answers_each_delivery_as_if_it_came_alone(
         delivery(channel_a, unknown),
         delivery(channel_a, later),
     ]
+    # A /todo (an ORM insert) in the org visited first: it must be written under that org's
+    # tenant, before the batch moves on to the other org.
+    early = min((channel_a, channel_b), key=lambda c: str(c.org.org_id))
+    batch.append(delivery(early, message_event(early, chat=chat(), body="/todo ligar para o fornecedor")))
     with app_session.begin():
         outcomes = service.handle_deliveries(
             app_session,
@@ -113,6 +117,8 @@ async def test_one_batch_answers_each_delivery_as_if_it_came_alone(
         )
 
     assert len(outcomes) == len(batch)
+    todo_outcome = outcomes.pop()
+    assert isinstance(todo_outcome, WebhookResult) and todo_outcome.reason == "slash_todo"
     ok = [outcome for outcome in outcomes if isinstance(outcome, WebhookResult)]
     assert [type(outcome) for outcome in outcomes] == [
         WebhookResult,
