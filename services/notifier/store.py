@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from services.notifier.channels import Destination
 from services.notifier.metrics import MESSAGES_DELIVERED
-from switchboard.contracts import HandoffTriggered, HumanMessageRequested, RunCompleted
+from switchboard.contracts import HandoffTriggered, HumanMessageRequested, RunCompleted, SendTarget
 from switchboard.crypto import CryptoError, KeyRing, Sealed
 from switchboard.db.enums import ConversationStatus, MessageDeliveryStatus, MessageDirection, MessageSender
 from switchboard.db.models import ChannelSession, Conversation, Message
@@ -50,8 +50,7 @@ _UUID = PG_UUID(as_uuid=True)
 
 # The reply's message row, or the one an earlier delivery of the same event stored (the no-op
 # ON CONFLICT DO UPDATE makes RETURNING give that row): one round trip either way.
-_RECORD_REPLY = text(
-    """
+_REPLY_INSERT = """
 INSERT INTO messages AS m (id, org_id, conversation_id, channel_session_id, direction, sender, dedupe_key, body,
                            delivery_status, run_id, attributes)
 VALUES (:id, :org_id, :conversation_id, :channel_session_id, :direction, :sender, :dedupe_key, :body,
@@ -59,7 +58,30 @@ VALUES (:id, :org_id, :conversation_id, :channel_session_id, :direction, :sender
 ON CONFLICT (channel_session_id, dedupe_key) DO UPDATE SET dedupe_key = m.dedupe_key
 RETURNING m.id, m.body
 """
-).bindparams(*(bindparam(n, type_=_UUID) for n in ("id", "org_id", "conversation_id", "channel_session_id", "run_id")))
+_REPLY_PARAMS = ("id", "org_id", "conversation_id", "channel_session_id", "run_id")
+_RECORD_REPLY = text(_REPLY_INSERT).bindparams(*(bindparam(n, type_=_UUID) for n in _REPLY_PARAMS))
+
+# Outbound messages the run's send tool queued, still pending, other than the reply itself.
+_INTENTS_FROM = """
+FROM messages AS i JOIN conversations AS cv ON cv.id = i.conversation_id
+WHERE i.org_id = :org_id AND i.run_id = :run_id AND i.direction = 'outbound' AND i.delivery_status = 'pending'
+  AND i.dedupe_key IS DISTINCT FROM :dedupe_key
+"""
+_INTENTS = text(
+    f"SELECT i.id, i.channel_session_id, i.body, cv.chat_id {_INTENTS_FROM} ORDER BY i.created_at, i.id"
+).bindparams(*(bindparam(n, type_=_UUID) for n in ("org_id", "run_id")))
+# A run's claim in one round trip: its intents, oldest first, then its reply (recorded here).
+# The intents part cannot see the row the CTE inserts (one snapshot); a reply stored by an
+# earlier delivery of the event is excluded by its dedupe key, as in ``_INTENTS``.
+_REPLY_AND_INTENTS = text(
+    f"""
+WITH reply AS ({_REPLY_INSERT})
+SELECT 0 AS part, i.created_at, i.id, i.channel_session_id, i.body, cv.chat_id {_INTENTS_FROM}
+UNION ALL
+SELECT 1, NULL, reply.id, CAST(:channel_session_id AS uuid), reply.body, CAST(:chat_id AS text) FROM reply
+ORDER BY part, created_at, id
+"""
+).bindparams(*(bindparam(n, type_=_UUID) for n in _REPLY_PARAMS))
 
 _CLAIM = text(
     """
@@ -97,6 +119,29 @@ UPDATE ai_agent_runs SET outbound_message_id = :message_id, updated_at = now()
 WHERE :is_reply AND org_id = :org_id AND id = :run_id
 """
 ).bindparams(*(bindparam(n, type_=_UUID) for n in ("org_id", "message_id", "run_id")))
+
+
+def _reply_values(completed: RunCompleted) -> tuple[dict[str, Any], SendTarget] | None:
+    """The reply's row to record, and where it goes; None when there is nothing to send or nobody
+    to send it to (an internal conversation)."""
+    target = completed.would_send_to
+    text = (completed.final_text or "").strip()
+    if target is None or not text or is_internal_chat(target.chat_id):
+        return None
+    values = {
+        "id": uuid.uuid4(),
+        "org_id": completed.org_id,
+        "conversation_id": completed.conversation_id,
+        "channel_session_id": target.channel_session_id,
+        "direction": MessageDirection.OUTBOUND.value,
+        "sender": MessageSender.AGENT.value,
+        "dedupe_key": reply_dedupe_key(completed.run_id),
+        "body": text,
+        "delivery_status": MessageDeliveryStatus.PENDING.value,
+        "run_id": completed.run_id,
+        "attributes": json.dumps({"kind": DeliveryKind.REPLY.value, "agent_id": str(completed.agent_id)}),
+    }
+    return values, target
 
 
 @dataclass(frozen=True)
@@ -189,11 +234,23 @@ class NotifierStore:
         ``unknown`` here — it is never sent again.
         """
         org_id = completed.org_id
+        reply = _reply_values(completed)
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            candidates = await self._intents(session, org_id, completed.run_id)
-            reply = await self._record_reply(session, completed)
-            if reply is not None:
-                candidates.append(reply)
+            if reply is None:
+                candidates = await self._intents(session, org_id, completed.run_id)
+            else:
+                values, target = reply
+                rows = await session.execute(_REPLY_AND_INTENTS, {**values, "chat_id": target.chat_id})
+                candidates = [
+                    _Candidate(
+                        r.id,
+                        r.channel_session_id,
+                        r.body,
+                        DeliveryKind.REPLY if r.part else DeliveryKind.INTENT,
+                        target.chat_id if r.part else r.chat_id,
+                    )
+                    for r in rows
+                ]
             return await self._claim(session, org_id, completed.run_id, candidates)
 
     async def claim_reply(self, completed: RunCompleted) -> list[Claimed]:
@@ -267,44 +324,17 @@ class NotifierStore:
         return claimed
 
     async def _record_reply(self, session: AsyncSession, completed: RunCompleted) -> _Candidate | None:
-        target = completed.would_send_to
-        text = (completed.final_text or "").strip()
-        if target is None or not text or is_internal_chat(target.chat_id):
-            return None  # nothing to say, or nobody to say it to (an internal conversation)
-        key = reply_dedupe_key(completed.run_id)
-        row = (
-            await session.execute(
-                _RECORD_REPLY,
-                {
-                    "id": uuid.uuid4(),
-                    "org_id": completed.org_id,
-                    "conversation_id": completed.conversation_id,
-                    "channel_session_id": target.channel_session_id,
-                    "direction": MessageDirection.OUTBOUND.value,
-                    "sender": MessageSender.AGENT.value,
-                    "dedupe_key": key,
-                    "body": text,
-                    "delivery_status": MessageDeliveryStatus.PENDING.value,
-                    "run_id": completed.run_id,
-                    "attributes": json.dumps({"kind": DeliveryKind.REPLY.value, "agent_id": str(completed.agent_id)}),
-                },
-            )
-        ).one()
+        reply = _reply_values(completed)
+        if reply is None:
+            return None
+        values, target = reply
+        row = (await session.execute(_RECORD_REPLY, values)).one()
         return _Candidate(row.id, target.channel_session_id, row.body, DeliveryKind.REPLY, target.chat_id)
 
     async def _intents(self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID) -> list[_Candidate]:
         """Outbound messages the agent's send tool queued during the run, oldest first."""
         rows = await session.execute(
-            select(Message.id, Message.channel_session_id, Message.body, Conversation.chat_id)
-            .join(Conversation, Conversation.id == Message.conversation_id)
-            .where(
-                Message.org_id == org_id,
-                Message.run_id == run_id,
-                Message.direction == MessageDirection.OUTBOUND.value,
-                Message.delivery_status == MessageDeliveryStatus.PENDING.value,
-                Message.dedupe_key.is_distinct_from(reply_dedupe_key(run_id)),
-            )
-            .order_by(Message.created_at, Message.id)
+            _INTENTS, {"org_id": org_id, "run_id": run_id, "dedupe_key": reply_dedupe_key(run_id)}
         )
         return [_Candidate(r.id, r.channel_session_id, r.body, DeliveryKind.INTENT, r.chat_id) for r in rows]
 
