@@ -53,8 +53,7 @@ def enqueue_record(
     row) before calling this, so outbox ids follow commit order per key and the
     relay, which publishes by id, keeps each key's order.
     """
-    outbox_id: int = session.execute(_INSERT, _row(topic, record, serde, headers)).scalar_one()
-    return outbox_id
+    return enqueue(session, **_row(topic, record, serde, headers))
 
 
 class OutboxBatch:

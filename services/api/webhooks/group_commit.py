@@ -62,7 +62,6 @@ class BatchStats:
     """What the writers did since start (tests and the benchmark read it)."""
 
     batches: int = 0
-    deliveries: int = 0
     largest_batch: int = 0
     retried_batches: int = 0
 
@@ -184,7 +183,6 @@ class WebhookGroupCommit:
     def _count(self, size: int) -> None:
         BATCH_SIZE.observe(size)
         self.stats.batches += 1
-        self.stats.deliveries += size
         self.stats.largest_batch = max(self.stats.largest_batch, size)
 
 

@@ -130,14 +130,6 @@ class _Planned:
     apply: Callable[[Session, OutboxBatch], WebhookResult]
 
 
-def handle_delivery(session: Session, *, keyring: KeyRing, serde: Serde, delivery: Delivery) -> WebhookResult:
-    """Authenticate one delivery and act on its event (a batch of one)."""
-    (outcome,) = handle_deliveries(session, keyring=keyring, serde=serde, deliveries=[delivery])
-    if isinstance(outcome, ApiError):
-        raise outcome
-    return outcome
-
-
 def handle_deliveries(
     session: Session, *, keyring: KeyRing, serde: Serde, deliveries: Sequence[Delivery]
 ) -> list[Outcome]:
@@ -187,7 +179,10 @@ def handle_deliveries(
             outcomes[plan.index] = plan.apply(session, outbox)
         session.flush()  # ORM writes (a /todo item) go out under their own org's tenant
     outbox.flush(session)
-    return [outcome for outcome in outcomes if outcome is not None]
+    answered = [outcome for outcome in outcomes if outcome is not None]
+    if len(answered) != len(deliveries):  # a path above that answers nothing is a bug, never a silent skip
+        raise RuntimeError("a webhook delivery of the batch got no outcome")
+    return answered
 
 
 def _open_secret(keyring: KeyRing, route: ChannelSessionRoute, stored: repository.SessionSecret | None) -> bytes | None:
