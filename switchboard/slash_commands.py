@@ -43,6 +43,8 @@ BUILT_INS: Final = frozenset(
 )
 # Handled where the message arrives: never stored as a message, never sent to the agent.
 INGEST_COMMANDS: Final = frozenset({CommandName.TODO, CommandName.COMPACT})
+# What the runner acts on: the owner may write these from the business phone (see is_run_command).
+RUN_COMMANDS: Final = frozenset({CommandName.PLAN, CommandName.GOAL, CommandName.LOOP, CommandName.SKILL})
 SKILL_PREFIX: Final = "skill:"
 MAX_BUDGET_USD: Final = Decimal("10000")
 
@@ -146,6 +148,22 @@ def _budget(raw: str) -> Decimal:
     if not value.is_finite() or value <= 0 or value > MAX_BUDGET_USD:
         raise problem
     return value
+
+
+def is_run_command(text: str | None) -> bool:
+    """A well-formed command the runner acts on (``/plan``, ``/goal``, ``/loop``, ``/skill:``).
+
+    The owner writing one from the business phone starts autonomous work in that conversation,
+    so ingest dispatches it although it is an own message, and a trigger's ``ignore_own`` lets
+    it through (the setting is about what the business typed to the customer, not commands to
+    the agent). A malformed one is not a run command: its error would be sent to the customer."""
+    if not text or not text.lstrip().startswith("/"):
+        return False
+    try:
+        command = parse(text)
+    except ParseError:
+        return False
+    return command is not None and command.name in RUN_COMMANDS
 
 
 def is_compact_request(request_id: str | None) -> bool:

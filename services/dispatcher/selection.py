@@ -6,7 +6,10 @@ created_at asc). Each candidate's trigger config filters the dispatch:
 
 - event types: a user message is the ``message`` event (``message.any`` matches it
   too); other wake reasons are their snake_case name (``follow_up``, ``assignment``...);
-- ``ignore_groups`` / ``ignore_own``: group chats and the business's own messages;
+- ``ignore_groups`` / ``ignore_own``: group chats and the business's own messages (an
+  owner's run command from the business phone — ``/goal``, ``/plan``, ``/loop``,
+  ``/skill:`` — is not "own" here: it is addressed to the agent, and it is the only own
+  message ingest dispatches);
 - ``keyword_regex``: searched case-insensitively in the message text; patterns are
   compiled once in a bounded LRU cache, and a pattern that does not compile (the API
   refuses those at save time) rejects rather than crashes;
@@ -45,6 +48,7 @@ from switchboard.contracts import (
     WakeReason,
     Weekday,
 )
+from switchboard.slash_commands import is_run_command
 
 MESSAGE_EVENT: Final = "message"
 ANY_MESSAGE_EVENT: Final = "message.any"
@@ -151,7 +155,9 @@ def trigger_rejection(trigger: TriggerConfig, dispatch: DispatchRequested) -> st
     if message is not None:
         if trigger.ignore_groups and message.is_group:
             return "ignore_groups"
-        if trigger.ignore_own and message.from_me:
+        if trigger.ignore_own and message.from_me and not is_run_command(message.text):
+            # The owner's /goal, /plan, /loop or /skill: from the business phone is addressed
+            # to the agent, not to the customer: ingest dispatches exactly those own messages.
             return "ignore_own"
         if trigger.keyword_regex:
             pattern = compile_keyword(trigger.keyword_regex)

@@ -57,7 +57,7 @@ from switchboard.db.enums import (
 from switchboard.db.lookups import ChannelSessionRoute
 from switchboard.db.outbox import OutboxBatch
 from switchboard.observability.logging import get_logger
-from switchboard.slash_commands import CommandName, ParseError, parse
+from switchboard.slash_commands import is_run_command
 
 log = get_logger(__name__)
 
@@ -69,7 +69,6 @@ DISPATCH_EVENT_NAMESPACE = uuid.UUID("6f1c3f52-0d55-4f3e-9a52-1f0c2f8d7a10")
 _PHONE_CHAT = re.compile(r"^([1-9][0-9]{6,14})@(?:c\.us|s\.whatsapp\.net)$")
 # Status updates and channels: not conversations anyone answers.
 _BROADCAST_SUFFIXES = ("@broadcast", "@newsletter")
-_RUN_COMMANDS = frozenset({CommandName.PLAN, CommandName.GOAL, CommandName.LOOP, CommandName.SKILL})
 _WAHA_STATUSES = {
     "STARTING": ChannelSessionStatus.STARTING,
     "SCAN_QR_CODE": ChannelSessionStatus.SCAN_QR,
@@ -289,22 +288,6 @@ def _plan_delivery_ack(index: int, route: ChannelSessionRoute, event: WahaEvent)
     return _Planned(index, "", apply)
 
 
-def _is_run_command(text: str | None) -> bool:
-    """An operator command the runner acts on (``/plan``, ``/goal``, ``/loop``, ``/skill:``), well formed.
-
-    The owner writing one from the business phone is dispatched like a customer's message: it
-    is how the business starts autonomous work in a conversation. Any other own message is only
-    stored (the business answered the customer itself); a malformed command too, since its
-    error would be sent to the customer's chat."""
-    if not text or not text.lstrip().startswith("/"):
-        return False
-    try:
-        command = parse(text)
-    except ParseError:
-        return False
-    return command is not None and command.name in _RUN_COMMANDS
-
-
 def _occurred_at(timestamp: float | None) -> datetime:
     """WAHA message timestamps are seconds; milliseconds are accepted; nonsense means now."""
     if timestamp is not None:
@@ -461,7 +444,7 @@ def _store_message(
         return WebhookResult(message_id=existing, dispatched=False, duplicate=True, reason="duplicate")
 
     reason = None
-    if from_me and not (not is_group and _is_run_command(message.body)):
+    if from_me and not (not is_group and is_run_command(message.body)):
         reason = "from_me"
     elif is_group:
         reason = "group"

@@ -196,6 +196,7 @@ def dispatch_record(
     text: str = "Oi, tudo bem?",
     *,
     dry_run: bool = False,
+    from_me: bool = False,
 ) -> DispatchRequested:
     message = InboundMessage(
         message_id=uuid.uuid4(),
@@ -203,6 +204,7 @@ def dispatch_record(
         chat_id="5511999999999@c.us",
         text=text,
         received_at=datetime.now(UTC),
+        from_me=from_me,
     )
     return DispatchRequested(
         org_id=org_id,

@@ -184,6 +184,35 @@ async def test_priority_then_age_and_a_paused_agent_is_never_chosen_again(
         assert older.agent_id not in {r.agent_id for r in observer.run_requests[5:]}
 
 
+async def test_the_owners_run_command_from_the_business_phone_is_dispatched_an_own_reply_is_not(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    """``ignore_own`` (on by default) is about what the business typed to its customer; a /goal
+    the owner writes from the business phone is addressed to the agent (ingest dispatches it)."""
+    org = make_org()
+    agent = agent_snapshot(org, SESSION)
+    assert agent.trigger.ignore_own
+    await producer.send(Topics.PUBLISHED, publish_record(org, agent))
+    await worker_factory()
+    async with Observer(topics) as observer, StandInRunner(topics):
+        own_reply = dispatch_record(org, uuid.uuid4(), SESSION, "Já te respondo!", from_me=True)
+        command = dispatch_record(org, uuid.uuid4(), SESSION, "/goal confirm every booking --budget 2", from_me=True)
+        for record in (own_reply, command):
+            await producer.send(Topics.DISPATCH_REQUESTED, record)
+        decided = {own_reply.event_id, command.event_id}
+        await observer.wait_for(
+            lambda: decided <= {d.dispatch_event_id for d in observer.decisions}, what="both decisions"
+        )
+        outcome = {d.dispatch_event_id: d for d in observer.decisions}
+        assert outcome[command.event_id].outcome is DispatchOutcome.DISPATCHED
+        assert [r.messages for r in observer.run_requests] == [(command.message,)]
+        assert outcome[own_reply.event_id].outcome is DispatchOutcome.NO_MATCH
+        assert "ignore_own" in outcome[own_reply.event_id].details_json
+
+
 # --------------------------------------------------------------------------- crash and restart
 
 

@@ -111,6 +111,27 @@ CASES = [
     Case("own messages ignored by default", (snapshot(1),), dispatch(from_me=True), None, {1: "ignore_own"}),
     Case("own messages allowed", (snapshot(1, trigger=trig(ignore_own=False)),), dispatch(from_me=True), 1),
     Case(
+        "the owner's /goal from the business phone is not ignored as own",
+        (snapshot(1),),
+        dispatch("/goal follow up every lead --budget 2", from_me=True),
+        1,
+    ),
+    Case("the owner's /plan and /skill: too", (snapshot(1),), dispatch("/skill:pricing table", from_me=True), 1),
+    Case(
+        "an own malformed command is still own",
+        (snapshot(1),),
+        dispatch("/goal --budget abc", from_me=True),
+        None,
+        {1: "ignore_own"},
+    ),
+    Case(
+        "an own /todo is not a run command",
+        (snapshot(1),),
+        dispatch("/todo call back", from_me=True),
+        None,
+        {1: "ignore_own"},
+    ),
+    Case(
         "keyword regex is case-insensitive",
         (snapshot(1, trigger=trig(keyword_regex="agend(ar|amento)")),),
         dispatch("Quero um AGENDAMENTO amanhã"),
