@@ -241,7 +241,9 @@ def on_dispatch(state: ConversationState, dispatch: DispatchRequested, ctx: Cont
 
 def _handle_dispatch(state: ConversationState, dispatch: DispatchRequested, ctx: Context, t: Transition) -> None:
     if state.human_owned and not dispatch.dry_run:
-        if dispatch.wake_reason is not WakeReason.ASSIGNMENT:
+        # Only a handback gives the conversation back: an assignment that resumes a run parked
+        # for an approval (wake_context.run_id) is not one, the humans still own the chat.
+        if dispatch.wake_reason is not WakeReason.ASSIGNMENT or dispatch.wake_context.run_id is not None:
             t.decisions.append(_decision(state, dispatch, DispatchOutcome.CONV_BUSY, ctx, reason=HANDED_OFF_REASON))
             return
         state.human_owned = False  # handed back: this dispatch wakes the agents again
@@ -319,8 +321,15 @@ def _while_busy(
     ctx: Context,
     t: Transition,
 ) -> None:
-    # A re-dispatch from the active run itself (its classification filter did not match) waits for it to end.
-    policy = ConcurrencyPolicy.ENQUEUE if active.agent_id in dispatch.excluded_agent_ids else active.policy
+    # The active run's policy is about messages for the active agent. A re-dispatch from the
+    # active run itself (its classification filter did not match) and a wake aimed at another
+    # agent (the daily analysis fan-out, another agent's follow-up) wait for it to end instead.
+    for_another_agent = dispatch.target_agent_id is not None and dispatch.target_agent_id != active.agent_id
+    policy = (
+        ConcurrencyPolicy.ENQUEUE
+        if for_another_agent or active.agent_id in dispatch.excluded_agent_ids
+        else active.policy
+    )
     details = {"policy": policy.value, "chosen_agent_id": str(choice.agent_id)}
     if policy is ConcurrencyPolicy.REJECT:
         t.decisions.append(
@@ -474,7 +483,10 @@ def _try_start(state: ConversationState, ctx: Context, t: Transition, *, choice:
         retry_at = ctx.admission.retry_at(state.org_id, ctx.now)
         _defer(state, ctx, t, choice, retry_at, "organization rate limit reached for this window", "org")
         return
-    dispatches = [item.dispatch for item in state.pending]
+    # One run answers what its agent may answer: a wake aimed at another agent waits for its own run.
+    answered = [item for item in state.pending if _answerable_by(item.dispatch, choice.agent_id)]
+    later = [item for item in state.pending if not _answerable_by(item.dispatch, choice.agent_id)]
+    dispatches = [item.dispatch for item in answered]
     first = dispatches[0]
     parent = state.continues_run_id
     run_id = recovery.run_id_for(first.event_id, parent, 1)
@@ -496,7 +508,7 @@ def _try_start(state: ConversationState, ctx: Context, t: Transition, *, choice:
         requested_by=ctx.config.incarnation,
     )
     state.active = run
-    state.pending = []
+    state.pending = later
     state.not_before = None
     state.continues_run_id = None
     state.last_run_at[str(choice.agent_id)] = ctx.now
@@ -513,6 +525,11 @@ def _try_start(state: ConversationState, ctx: Context, t: Transition, *, choice:
                 reason=None if coalesced == 1 else f"one run answers {coalesced} waiting messages",
             )
         )
+
+
+def _answerable_by(dispatch: DispatchRequested, agent_id: uuid.UUID) -> bool:
+    """Whether a run of ``agent_id`` answers ``dispatch``: any dispatch not aimed at another agent."""
+    return dispatch.target_agent_id is None or dispatch.target_agent_id == agent_id
 
 
 def _defer(

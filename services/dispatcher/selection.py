@@ -191,9 +191,14 @@ def select(index: AgentIndex, dispatch: DispatchRequested) -> Selection:
     if dispatch.target_agent_id is not None:
         snapshot = index.agent(dispatch.org_id, dispatch.target_agent_id)
         if dispatch.target_version_id is not None:
-            # A named version (a dry-run test of a draft) needs no published snapshot.
             if snapshot is not None and snapshot.version_id == dispatch.target_version_id:
                 return Selection(Choice.of(snapshot), ((snapshot.agent_id, "target"),))
+            if snapshot is None and not dispatch.dry_run:
+                # A /goal segment or an approval resume names the version that began the work;
+                # an agent paused (by its owner or its budget) or archived since does no more.
+                return Selection(None, ((dispatch.target_agent_id, "not_published"),), "target agent is not published")
+            # A dry-run test of a draft needs no published snapshot; a republished agent's
+            # named version finishes the work it began.
             return Selection(Choice(dispatch.target_agent_id, dispatch.target_version_id), ())
         if snapshot is None:
             return Selection(None, ((dispatch.target_agent_id, "not_published"),), "target agent is not published")

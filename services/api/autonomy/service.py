@@ -27,11 +27,14 @@ from switchboard.autonomy import PROMOTE_AFTER_APPROVALS, load_settings, promoti
 from switchboard.contracts import DispatchRequested, Serde, SuggestedAction, Topics, WakeContext
 from switchboard.contracts.enums import InsightKind, InsightStatus, WakeReason
 from switchboard.db.audit import record_audit
-from switchboard.db.enums import AWAITING_APPROVAL, AutonomyMode, DecisionStatus
+from switchboard.db.enums import AWAITING_APPROVAL, AutonomyMode, ConversationStatus, DecisionStatus
 from switchboard.db.insights import status_record, upsert_insight
 from switchboard.db.models import AiAgentRun, Conversation, Organization
 from switchboard.db.models.autonomy import AgentDecision, WorkspaceAutonomy, WorkspaceInsight
 from switchboard.db.outbox import enqueue_record
+from switchboard.observability.logging import get_logger
+
+log = get_logger(__name__)
 
 
 class AlreadyDecided(Conflict):
@@ -269,11 +272,19 @@ def _resume(
     action = claimed.proposed_action
     conversation_id = uuid.UUID(action["conversation_id"])
     # Outbox writers lock the conversation first, so outbox ids follow commit order per conversation.
-    session.execute(
-        select(Conversation.id)
+    status = session.scalar(
+        select(Conversation.status)
         .where(Conversation.org_id == org_id, Conversation.id == conversation_id)
         .with_for_update()
     )
+    if status != ConversationStatus.OPEN.value:
+        # People took the conversation over (handoff) while the run waited: the decision stands
+        # (an approved action was executed above), but the agent does not come back into it.
+        log.info(
+            "parked run not resumed: the conversation is not open",
+            extra={"run_id": str(claimed.run_id), "conversation_id": str(conversation_id), "status": status},
+        )
+        return
     record = DispatchRequested(
         org_id=org_id,
         request_id=request_id or None,

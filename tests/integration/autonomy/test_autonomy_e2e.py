@@ -217,19 +217,30 @@ async def _wait_status(rh: RunnerHarness, request: RunRequested, status: str, ti
         await asyncio.sleep(0.1)
 
 
-@pytest.mark.parametrize("decision", ["approve", "reject"])
-async def test_pause_parks_the_run_and_the_decision_resumes_it(
-    rh: RunnerHarness, api: httpx.AsyncClient, org: OrgHandle, decision: str
-) -> None:
+async def _parked(rh: RunnerHarness, org: OrgHandle) -> tuple[Agent, RunRequested]:
+    """A run of an agent that pauses on its proposals, parked after proposing a WhatsApp send."""
     agent = _agent(rh, org, SEND_WHATSAPP_MESSAGE)
     _rows_exec(
         rh, org.org_id, "UPDATE ai_agent_versions SET pause_on_proposal = true WHERE id = :v", v=agent.version_id
     )
     rh.fake.script(_script(tool(SEND_WHATSAPP_MESSAGE, {"text": "Discount applied"}), final="Resumed."))
-    before = len(rh.fake.received)
     request = run_request(agent, [inbound(rh.db, agent, "Can I have a discount?")])
     await rh.submit(request)
     await _wait_status(rh, request, "awaiting_approval")
+    return agent, request
+
+
+def _wakes(rh: RunnerHarness, agent: Agent) -> list[DispatchRequested]:
+    records = _outbox(rh, agent.conversation_id, Topics.DISPATCH_REQUESTED)
+    return [d for d in records if isinstance(d, DispatchRequested)]
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+async def test_pause_parks_the_run_and_the_decision_resumes_it(
+    rh: RunnerHarness, api: httpx.AsyncClient, org: OrgHandle, decision: str
+) -> None:
+    before = len(rh.fake.received)
+    agent, request = await _parked(rh, org)
     assert len(rh.fake.received) - before == 1  # parked right after the proposal: no second model call
     assert rh.runner is not None and rh.runner.supervisor is not None and rh.runner.supervisor.in_flight == 0
     parked = next(r for r in _outbox(rh, agent.conversation_id, Topics.RUN_COMPLETED) if isinstance(r, RunCompleted))
@@ -244,9 +255,7 @@ async def test_pause_parks_the_run_and_the_decision_resumes_it(
     answer = await api.post(f"/api/v1/decisions/{decision_id}:{decision}", headers=org.headers())
     assert answer.status_code == 200, answer.text
     await _wait_status(rh, request, "aborted")  # no longer parked
-    wake = [
-        d for d in _outbox(rh, agent.conversation_id, Topics.DISPATCH_REQUESTED) if isinstance(d, DispatchRequested)
-    ]
+    wake = _wakes(rh, agent)
     assert len(wake) == 1 and wake[0].wake_context.run_id == request.run_id
     assert (wake[0].target_agent_id, wake[0].target_version_id) == (agent.agent_id, agent.version_id)
 
@@ -264,6 +273,22 @@ async def test_pause_parks_the_run_and_the_decision_resumes_it(
         rh, org.org_id, "SELECT 1 FROM messages WHERE run_id = :r AND direction = 'outbound'", r=request.run_id
     )
     assert len(sent) == (1 if decision == "approve" else 0)
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+async def test_a_decision_after_a_handoff_does_not_bring_the_agent_back(
+    rh: RunnerHarness, api: httpx.AsyncClient, org: OrgHandle, decision: str
+) -> None:
+    """People took the conversation over while the run waited for the owner: the decision stands
+    (an approved send is executed, once), the parked run is closed, and no wake is queued."""
+    agent, request = await _parked(rh, org)
+    _rows_exec(rh, org.org_id, "UPDATE conversations SET status = 'handoff' WHERE id = :c", c=agent.conversation_id)
+    decision_id = _rows(rh, org.org_id, "SELECT id FROM agent_decisions WHERE run_id = :r", r=request.run_id)[0]["id"]
+    answer = await api.post(f"/api/v1/decisions/{decision_id}:{decision}", headers=org.headers())
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"]["status"] == ("executed" if decision == "approve" else "rejected")
+    await _wait_status(rh, request, "aborted")
+    assert _wakes(rh, agent) == []
 
 
 def _rows_exec(rh: RunnerHarness, org_id: uuid.UUID, sql: str, **params: Any) -> None:

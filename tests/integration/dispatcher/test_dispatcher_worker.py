@@ -203,14 +203,51 @@ async def test_the_owners_run_command_from_the_business_phone_is_dispatched_an_o
         for record in (own_reply, command):
             await producer.send(Topics.DISPATCH_REQUESTED, record)
         decided = {own_reply.event_id, command.event_id}
+        # Decisions are written before the run requests (docs/dispatcher.md): wait for both.
         await observer.wait_for(
-            lambda: decided <= {d.dispatch_event_id for d in observer.decisions}, what="both decisions"
+            lambda: decided <= {d.dispatch_event_id for d in observer.decisions} and observer.run_requests != [],
+            what="both decisions and the run request",
         )
+        await asyncio.sleep(0.3)  # a second run request would show up now
         outcome = {d.dispatch_event_id: d for d in observer.decisions}
         assert outcome[command.event_id].outcome is DispatchOutcome.DISPATCHED
         assert [r.messages for r in observer.run_requests] == [(command.message,)]
         assert outcome[own_reply.event_id].outcome is DispatchOutcome.NO_MATCH
         assert "ignore_own" in outcome[own_reply.event_id].details_json
+
+
+async def test_wakes_aimed_at_three_agents_in_one_conversation_run_each_agent_once(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    """The daily analysis fan-out: one targeted wake per analysis agent, all in the org's one
+    internal conversation. Each agent gets its own run, one after the other, never folded into
+    another agent's run (with ``interrupt`` none stops the run before it either)."""
+    org = make_org()
+    agents = [agent_snapshot(org, SESSION, policy=ConcurrencyPolicy.INTERRUPT, name=f"a{n}") for n in range(3)]
+    for agent in agents:
+        await producer.send(Topics.PUBLISHED, publish_record(org, agent))
+    await worker_factory()
+    conversation = uuid.uuid4()
+    wakes = [
+        dispatch_record(org, conversation, SESSION).model_copy(
+            update={"message": None, "wake_reason": WakeReason.PIPELINE_STEP, "target_agent_id": agent.agent_id}
+        )
+        for agent in agents
+    ]
+    async with Observer(topics) as observer, StandInRunner(topics, behavior=lambda rr: Behavior(delay_s=0.5)) as runner:
+        for wake in wakes:
+            await producer.send(Topics.DISPATCH_REQUESTED, wake)
+        await observer.wait_for(
+            lambda: len([i for i in runner.intervals if i.ended is not None]) >= 3, timeout_s=30, what="three runs"
+        )
+        await asyncio.sleep(0.5)
+        assert [r.agent_id for r in observer.run_requests] == [a.agent_id for a in agents]
+        assert [r.dispatch_ids for r in observer.run_requests] == [(w.event_id,) for w in wakes]
+        assert observer.steering == [], "nobody interrupted a run on another agent's behalf"
+        assert_no_overlap(runner.intervals)
 
 
 # --------------------------------------------------------------------------- crash and restart

@@ -4,13 +4,21 @@ lost (each dispatch gets a recorded decision), until the API's handback (wake re
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
 
 from services.dispatcher.policy import HANDED_OFF_REASON, PolicyConfig
-from switchboard.contracts import ConcurrencyPolicy, DispatchOutcome, RunStatus, TriggerConfig, WakeReason
+from switchboard.contracts import (
+    ConcurrencyPolicy,
+    DispatchOutcome,
+    RunStatus,
+    TriggerConfig,
+    WakeContext,
+    WakeReason,
+)
 from tests.unit.dispatcher.builders import T0, completed, dispatch, index_of, snapshot
 from tests.unit.dispatcher.test_policy import FAST, Conv, outcomes, runs, tick
 
@@ -80,3 +88,16 @@ def test_the_flag_outlives_the_idle_state_ttl() -> None:
     t = conv.send(tick(later), at=later)
     assert t.state is not None and t.state.human_owned and t.state.updated_at == later
     assert outcomes(conv.send(dispatch("oi"), at=later)) == [DispatchOutcome.CONV_BUSY]
+
+
+def test_an_approval_resume_is_not_a_handback() -> None:
+    """Approving (or rejecting) an action the agent proposed wakes its parked run with an
+    ``assignment`` naming that run; in a conversation the humans took over it stays theirs."""
+    conv = handed_off(LISTENS_TO_ASSIGNMENT)
+    resume = dispatch(wake=WakeReason.ASSIGNMENT).model_copy(
+        update={"wake_context": WakeContext(run_id=uuid.uuid4(), assigned_by_user_id=uuid.uuid4())}
+    )
+    t = conv.send(resume, at=T0 + timedelta(seconds=10))
+    assert outcomes(t) == [DispatchOutcome.CONV_BUSY] and runs(t) == []
+    assert conv.state is not None and conv.state.human_owned
+    assert outcomes(conv.send(dispatch("oi?"), at=T0 + timedelta(seconds=11))) == [DispatchOutcome.CONV_BUSY]

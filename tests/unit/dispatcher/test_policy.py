@@ -573,3 +573,66 @@ def test_decisions_carry_org_conversation_message_and_deterministic_ids() -> Non
     assert isinstance(decision, DispatchDecided)
     assert (decision.org_id, decision.conversation_id, decision.dispatch_event_id) == (ORG, CONVERSATION, d.event_id)
     assert d.message is not None and decision.message_ids == (d.message.message_id,)
+
+
+# --------------------------------------------------------------------------- wakes aimed at an agent
+
+
+@pytest.mark.parametrize("policy", list(ConcurrencyPolicy), ids=lambda p: p.value)
+def test_wakes_aimed_at_other_agents_wait_and_each_gets_its_own_run(policy: ConcurrencyPolicy) -> None:
+    """The daily analysis fans out one targeted wake per agent into one internal conversation:
+    every agent runs once, whatever the active run's policy (none is steered, interrupted or
+    refused on another agent's behalf), and no run answers a wake meant for another agent."""
+    agents = [snapshot(n, policy=policy) for n in (1, 2, 3)]
+    conv = Conv(index_of(*agents))
+    wakes = [dispatch(wake=WakeReason.FOLLOW_UP, target=a.agent_id) for a in agents]
+    (run,) = runs(conv.send(wakes[0]))
+    assert run.agent_id == agents[0].agent_id
+    for wake in wakes[1:]:
+        t = conv.send(wake, at=T0 + timedelta(seconds=1))
+        assert outcomes(t) == [DispatchOutcome.QUEUED] and steering(t) == []
+    started_agents = [run.agent_id]
+    for step in range(2):
+        done = conv.send(completed(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=10 + step))
+        (run,) = runs(done)
+        assert run.dispatch_ids == (wakes[step + 1].event_id,), "one run per targeted wake"
+        assert outcomes(done) == [DispatchOutcome.DISPATCHED]
+        started_agents.append(run.agent_id)
+    assert started_agents == [a.agent_id for a in agents]
+    last = conv.send(completed(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=20))
+    assert runs(last) == [] and conv.state is not None and conv.state.pending == []
+
+
+def test_a_customer_message_queued_with_another_agents_wake_is_answered_by_the_next_run() -> None:
+    chosen, other = snapshot(1, priority=10), snapshot(2)
+    conv = Conv(index_of(chosen, other))
+    (run,) = runs(conv.send(dispatch("oi")))
+    aimed = dispatch(wake=WakeReason.FOLLOW_UP, target=other.agent_id)
+    message = dispatch("ainda aí?")
+    conv.send(aimed, at=T0 + timedelta(seconds=1))
+    conv.send(message, at=T0 + timedelta(seconds=2))
+    (follow_up,) = runs(conv.send(completed(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=5)))
+    assert follow_up.agent_id == other.agent_id
+    assert follow_up.dispatch_ids == (aimed.event_id, message.event_id), "an untargeted message joins any run"
+
+
+def test_a_named_version_of_a_paused_or_archived_agent_runs_no_more_unless_dry() -> None:
+    """A /goal segment or an approval resume names the version that began the work; an agent
+    paused meanwhile (by its owner or its budget) must not keep spending through it."""
+    agent = snapshot(1)
+    conv = Conv(index_of(agent))
+    conv.index.apply(published(agent, change=PublishedChange.PAUSED))
+    segment = dispatch(wake=WakeReason.FOLLOW_UP, target=agent.agent_id, target_version=agent.version_id)
+    t = conv.send(segment)
+    assert runs(t) == [] and outcomes(t) == [DispatchOutcome.NO_MATCH]
+    assert t.decisions[0].reason == "target agent is not published"
+    test = dispatch(dry_run=True, target=agent.agent_id, target_version=agent.version_id)
+    assert len(runs(conv.send(test))) == 1, "a dry-run test of a paused agent's version still runs"
+
+
+def test_a_named_older_version_of_a_published_agent_finishes_its_work() -> None:
+    agent = snapshot(1)
+    older = uuid.uuid4()
+    conv = Conv(index_of(agent))
+    (run,) = runs(conv.send(dispatch(wake=WakeReason.FOLLOW_UP, target=agent.agent_id, target_version=older)))
+    assert run.version_id == older
