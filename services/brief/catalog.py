@@ -1,4 +1,4 @@
-"""The digest's data (``digest.yaml``): planets, section order, verb forms, link templates."""
+"""The digest's data (``digest.yaml``): planets, section order, action wording, verb forms, link templates."""
 
 from __future__ import annotations
 
@@ -25,9 +25,21 @@ class Links(_Frozen):
     ignore: str
 
 
+class ActionWording(_Frozen):
+    """How the Home names one action type: a card's label, the done list's counted phrase."""
+
+    label: str
+    done_one: str
+    done: str = Field(pattern=r"\{n\}")
+
+    def counted(self, count: int) -> str:
+        return self.done_one if count == 1 else self.done.format(n=count)
+
+
 class DigestCatalog(_Frozen):
     planets: tuple[Planet, ...]
     sections: tuple[str, ...]
+    actions: dict[str, ActionWording] = Field(default_factory=dict)
     irregular_past: dict[str, str]
     links: dict[str, Links]
     promote_after_approvals: int = Field(ge=1)

@@ -176,6 +176,18 @@ def done_phrase(action_type: str, count: int, irregular: Mapping[str, str]) -> s
     return f"{past} {count} {head + ' ' if head else ''}{noun}"
 
 
+def action_done_text(catalog: DigestCatalog, action_type: str, count: int) -> str:
+    """The done list's phrase: the catalog's wording for a known tool, else built from the name."""
+    wording = catalog.actions.get(action_type)
+    return wording.counted(count) if wording is not None else done_phrase(action_type, count, catalog.irregular_past)
+
+
+def action_label(catalog: DigestCatalog, action_type: str) -> str:
+    """What a card calls an action type: the catalog's label, else the type itself."""
+    wording = catalog.actions.get(action_type)
+    return wording.label if wording is not None else action_type
+
+
 def money(micros: int) -> str:
     return f"${micros / 1_000_000:.2f}"
 
@@ -230,7 +242,7 @@ def done(inputs: DayInputs, catalog: DigestCatalog) -> list[dict[str, Any]]:
             "action_type": action_type,
             "area": area,
             "count": n,
-            "text": done_phrase(action_type, n, catalog.irregular_past),
+            "text": action_done_text(catalog, action_type, n),
         }
         for (action_type, area), n in groups
     ]
@@ -242,12 +254,17 @@ def _links(catalog: DigestCatalog, kind: str, **values: str) -> dict[str, str]:
 
 
 def _action_item(action: ActionFact, catalog: DigestCatalog, **extra: Any) -> dict[str, Any]:
+    """A proposal's card. A known tool is titled by its catalog label ("Send a WhatsApp
+    message"), not by the run's summary, which names the tool ("crm_send_… proposed by the agent")."""
+    title = extra.pop("title", action.summary)
+    if action.action_type in catalog.actions:
+        title = action_label(catalog, action.action_type)
     return {
         "kind": "proposed_action",
         "action_id": action.action_id,
         "action_type": action.action_type,
         "area": action.area,
-        "title": action.summary,
+        "title": title,
         **extra,
         "links": _links(catalog, "proposed_action", action_id=action.action_id),
     }
@@ -262,7 +279,10 @@ def todo(inputs: DayInputs, catalog: DigestCatalog) -> list[dict[str, Any]]:
             "area": p.area,
             "action_type": p.action_type,
             "approvals": p.approvals,
-            "title": f"You approved “{p.action_type}” {p.approvals} times: let agents do it on their own?",
+            "title": (
+                f"You approved “{action_label(catalog, p.action_type)}” {p.approvals} times: "
+                "let agents do it on their own?"
+            ),
             "links": _links(catalog, "promote", area=p.area, action_type=p.action_type),
         }
         for p in sorted(inputs.promotions, key=lambda p: (p.area, p.action_type))

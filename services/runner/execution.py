@@ -86,7 +86,7 @@ from switchboard.internal_chats import is_internal_chat
 from switchboard.observability.logging import get_logger
 from switchboard.run_tokens import RunTokenClaims, mint_run_token
 from switchboard.slash_commands import is_compact_request
-from switchboard.tool_catalog import REQUEST_HUMAN_HANDOFF, TOOL_KINDS, ToolKind
+from switchboard.tool_catalog import gated_area
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -691,24 +691,29 @@ def _tool_server_down() -> LoopOutcome:
 
 
 def _actions(request: RunRequested, outcome: LoopOutcome, at: datetime) -> tuple[Action, ...]:
-    """Write tools that ran successfully (never in a dry run, where nothing is executed)."""
+    """Business actions that ran successfully: the autonomy-gated write tools, each in its area
+    (never in a dry run, where nothing is executed). The ungated writes — asking for a person,
+    saving a memory fact, publishing insights — are the agent's own bookkeeping, not actions the
+    Home reports as done (they stay in the trace)."""
     if request.dry_run:
         return ()
-    return tuple(
-        Action(
-            action_id=uuid.uuid5(request.run_id, call.call_id),
-            action_type=call.tool_name,
-            tool_name=call.tool_name,
-            area="crm",
-            summary=f"{call.tool_name} executed by the agent",
-            arguments_json=call.arguments_json,
-            executed_at=at,
+    actions: list[Action] = []
+    for call in outcome.calls:
+        area = gated_area(call.tool_name)
+        if area is None or call.is_error:
+            continue
+        actions.append(
+            Action(
+                action_id=uuid.uuid5(request.run_id, call.call_id),
+                action_type=call.tool_name,
+                tool_name=call.tool_name,
+                area=area,
+                summary=f"{call.tool_name} executed by the agent",
+                arguments_json=call.arguments_json,
+                executed_at=at,
+            )
         )
-        for call in outcome.calls
-        if TOOL_KINDS.get(call.tool_name) is ToolKind.WRITE
-        and call.tool_name != REQUEST_HUMAN_HANDOFF
-        and not call.is_error
-    )
+    return tuple(actions)
 
 
 _STEP_EVENTS: dict[object, str] = {"model": "model_called", "tool": "tool_called", "guard": "guard_triggered"}

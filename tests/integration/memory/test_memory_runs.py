@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from services.runner.memory import LABEL as FACTS_LABEL
 from services.runner.providers.demo import SUMMARY_LABEL
+from switchboard.contracts import RunCompleted
 from switchboard.db.models import AiAgentVersion, Contact, Conversation, Message
 from switchboard.db.models.memory import ConversationSummary, MemoryFact
 from switchboard.db.session import tenant_transaction
@@ -163,6 +164,9 @@ async def test_facts_saved_by_the_tool_are_retrieved_by_relevance(rh: RunnerHarn
     )
     saved = await rh.run(run_request(agent, [inbound(rh.db, agent, "I like Saturday mornings, no peanuts")]))
     assert saved.status == "completed"
+    # Saving facts is the agent's bookkeeping, not a business action the Home reports as done.
+    completed = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted))
+    assert completed.actions_executed == ()
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
         rows = session.scalars(select(MemoryFact).where(MemoryFact.org_id == agent.org_id)).all()
         assert sorted((r.fact, r.scope, r.contact_id, r.source, r.source_run_id) for r in rows) == [

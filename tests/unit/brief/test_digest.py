@@ -20,6 +20,7 @@ from services.brief.digest import (
 )
 from switchboard.areas import area_slugs
 from switchboard.db.daily_brief import HOME_SECTIONS, pinned_first
+from switchboard.tool_catalog import CANCEL_FOLLOWUP, SCHEDULE_FOLLOWUP, SEND_WHATSAPP_MESSAGE, WRITE_TOOL_AREAS
 
 CATALOG = load_catalog()
 DAY = date(2026, 11, 30)
@@ -188,3 +189,32 @@ def test_the_shared_layout_defaults_are_the_digest_catalogs() -> None:
 
 def test_pinned_names_come_first_in_pin_order_and_unknown_ones_are_ignored() -> None:
     assert pinned_first(["a", "b", "c", "d"], ["c", "x", "a", "c"]) == ["c", "a", "b", "d"]
+
+
+def test_the_internal_tools_read_as_business_actions_on_the_home() -> None:
+    """Action types are tool names; the owner reads what was done, not "crmed 3 send whatsapp messages"."""
+    sent = [_action(n, SEND_WHATSAPP_MESSAGE, "crm") for n in range(3)]
+    scheduled = [_action(10, SCHEDULE_FOLLOWUP, "crm")]
+    proposed = _action(20, CANCEL_FOLLOWUP, "crm")
+    inputs = DayInputs(
+        day=DAY,
+        time_zone="UTC",
+        runs=[RunFact("r1", replied=True, cost_micros=1, executed=(*sent, *scheduled), proposed=(proposed,))],
+        promotions=[Promotion(area="crm", action_type=SEND_WHATSAPP_MESSAGE, approvals=3)],
+    )
+    digest = compose(inputs, CATALOG)
+    assert [item["text"] for item in digest["done"]] == ["sent 3 WhatsApp messages", "scheduled 1 follow-up"]
+    promote, card = digest["todo"]
+    assert promote["title"] == "You approved “Send a WhatsApp message” 3 times: let agents do it on their own?"
+    assert card["kind"] == "proposed_action" and card["title"] == "Cancel a follow-up"
+    # A type the catalog does not word is still phrased from its name.
+    assert (
+        compose(DayInputs(day=DAY, time_zone="UTC", runs=[RunFact("r", True, 1, (_action(1),))]), CATALOG)["done"][0][
+            "text"
+        ]
+        == "sent 1 reminder"
+    )
+
+
+def test_every_autonomy_gated_tool_has_home_wording() -> None:
+    assert set(CATALOG.actions) == set(WRITE_TOOL_AREAS), "a new gated tool needs its label in digest.yaml"
