@@ -13,7 +13,9 @@ agent's month-to-date spend with its effective cap and record what it crossed.
   index; ``ON CONFLICT DO NOTHING``). A new hard incident applies the cap's ``hard_action``:
   ``pause_agent`` (the agent's own figure always; a policy's as set) pauses the agent through
   ``switchboard.db.agent_lifecycle.pause_agent`` (outbox ``published`` record, change paused),
-  ``notify`` only tells.
+  ``notify`` only tells. The cap holds for the month: an agent published again while its
+  month is still over a ``pause_agent`` cap is paused again after its next run (a new insight
+  each time), so republishing without raising the cap buys one run, not the rest of the month.
 - The org's cap (an enabled org-scope policy) is evaluated the same way against the org's
   month, once per batch: the dispatcher already stops dispatching an org over its cap
   (``list_orgs_over_budget``), so the hard incident records ``block_dispatch`` — and this is
@@ -124,11 +126,17 @@ def _figures(spend: Spend, cap: Cap) -> str:
     return figures
 
 
+RESUME_HINT = (
+    "Raise its budget, then publish it again to resume it: while this month's spend is over the cap, "
+    "a published agent is paused again after its next run."
+)
+
+
 def _texts(agent: AiAgent, level: IncidentSeverity, spend: Spend, cap: Cap, paused: bool) -> tuple[str, str]:
     figures = _figures(spend, cap)
     if level is IncidentSeverity.HARD:
         title = f"Budget exhausted: {agent.name}" + (" was paused" if paused else "")
-        return title, f"{figures} this month. Publish the agent again to resume it."
+        return title, f"{figures} this month." + (f" {RESUME_HINT}" if paused else "")
     return f"Budget warning: {agent.name} passed {cap.soft_pct}% of its monthly budget", f"{figures} this month."
 
 
@@ -172,22 +180,52 @@ def evaluate_run(session: Session, serde: Serde, record: RunCompleted, tz: ZoneI
     action = BudgetAction.PAUSE_AGENT if pause else BudgetAction.NOTIFY
     incident_id = _record_incident(session, record, agent_id, run_id, level, month, spend, cap, action)
     if incident_id is None:
-        return None  # already recorded this month: nothing more to do
+        if not pause:
+            return None  # already recorded this month: nothing more to do
+        # Recorded and paused before, yet published again while the month is still over the cap:
+        # the cap holds. Paused again after this run (one run past the cap per republish, never more).
+        return _pause_again(session, serde, record, agent, spend, cap, month, run_id, tz)
     if pause:
-        pause_agent(
-            session,
-            serde,
-            agent,
-            reason=AgentPauseReason.BUDGET_EXHAUSTED,
-            audit_action=PAUSE_AUDIT_ACTION,
-            actor_user_id=None,
-            actor_kind=ActorKind.SYSTEM,
-            request_id=record.request_id,
-            details={"incident_id": str(incident_id), "run_id": str(record.run_id)},
-        )
+        _budget_pause(session, serde, agent, record, {"incident_id": str(incident_id)})
     title, body = _texts(agent, level, spend, cap, pause)
     note = _Note(insight_key(agent.id, month, level), title, body, level, agent.id, run_id)
     return _publish_insight(session, serde, record, note, tz)
+
+
+def _pause_again(
+    session: Session,
+    serde: Serde,
+    record: RunCompleted,
+    agent: AiAgent,
+    spend: Spend,
+    cap: Cap,
+    month: date,
+    run_id: uuid.UUID | None,
+    tz: ZoneInfo,
+) -> Insight:
+    _budget_pause(session, serde, agent, record, {"again": True})
+    title = f"Budget still exhausted: {agent.name} was paused again"
+    body = f"{_figures(spend, cap)} this month. {RESUME_HINT}"
+    key = f"{insight_key(agent.id, month, IncidentSeverity.HARD)}:{record.run_id}"
+    note = _Note(key, title, body, IncidentSeverity.HARD, agent.id, run_id)
+    return _publish_insight(session, serde, record, note, tz)
+
+
+def _budget_pause(
+    session: Session, serde: Serde, agent: AiAgent, record: RunCompleted, details: dict[str, object]
+) -> None:
+    """The system pauses the agent (audited with no user, announced on ``published``)."""
+    pause_agent(
+        session,
+        serde,
+        agent,
+        reason=AgentPauseReason.BUDGET_EXHAUSTED,
+        audit_action=PAUSE_AUDIT_ACTION,
+        actor_user_id=None,
+        actor_kind=ActorKind.SYSTEM,
+        request_id=record.request_id,
+        details={**details, "run_id": str(record.run_id)},
+    )
 
 
 def _org_texts(level: IncidentSeverity, spend: Spend, cap: Cap) -> tuple[str, str]:

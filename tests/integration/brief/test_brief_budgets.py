@@ -129,6 +129,67 @@ async def test_soft_then_hard_budget_incidents_pause_the_agent_once(
     assert cross["status"] == "attention" and cross["open"] == 2
 
 
+def _republish(scene: Scene, *, budget: int | None = None) -> None:
+    """What publishing again does to the agent row (the brief only reads the pointer)."""
+    with tenant_session(scene.org) as session:
+        agent = session.get_one(AiAgent, scene.agent_id)
+        agent.published_version_id, agent.paused_at, agent.pause_reason = scene.version_id, None, None
+        if budget is not None:
+            agent.monthly_budget_micros = budget
+
+
+def _published_pointer(scene: Scene) -> object:
+    with tenant_session(scene.org) as session:
+        return session.get_one(AiAgent, scene.agent_id).published_version_id
+
+
+async def test_an_agent_published_again_while_still_over_its_cap_is_paused_again_after_one_run(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
+) -> None:
+    """The cap holds for the month: republishing without raising it buys one run, not the rest
+    of the month (the incident itself is recorded once); raising the cap resumes for real."""
+    scene = make_scene(stack.database_url, monthly_budget_micros=CAP)
+    serde = Serde.from_settings(topics)
+    at = datetime(2026, 10, 15, 12, tzinfo=UTC)
+    async with (
+        RecordProducer(topics, service="test", serde=serde) as producer,
+        running_brief(stack.database_url, topics, group_id),
+    ):
+        _spend(scene, 1_100_000)
+        await producer.send(Topics.RUN_COMPLETED, run_completed(scene, at, cost=1_100_000))
+        await wait_for(lambda: _published_pointer(scene) is None, what="the first pause")
+
+        _republish(scene)
+        _spend(scene, 50_000)
+        again = run_completed(scene, at.replace(hour=13), cost=50_000)
+        await producer.send(Topics.RUN_COMPLETED, again)
+        await wait_for(lambda: _published_pointer(scene) is None, what="the second pause")
+
+        _republish(scene, budget=5_000_000)  # the owner raised the cap, then published
+        _spend(scene, 50_000)
+        resumed = run_completed(scene, at.replace(hour=14), cost=50_000)
+        await producer.send(Topics.RUN_COMPLETED, resumed)
+        await wait_for(lambda: _fact_stored(scene, resumed), what="the run after raising the cap")
+    assert _published_pointer(scene) == scene.version_id, "under the raised cap the agent keeps running"
+    assert _incidents(scene) == [("hard", "pause_agent")], "the incident is recorded once"
+    with tenant_session(scene.org) as session:
+        audits = session.scalars(
+            select(AuditLogEntry.details).where(
+                AuditLogEntry.org_id == scene.org_id, AuditLogEntry.action == "ai_agent.paused_by_budget"
+            )
+        ).all()
+    assert [bool(d.get("again")) for d in audits] == [False, True]
+    announced = [
+        serde.decode(Topics.INSIGHTS, e.payload) for e in _outbox(scene, "insights", str(scene.org_id).encode())
+    ]
+    titles = [i.title for i in announced]  # type: ignore[attr-defined]
+    assert titles == [
+        "Budget exhausted: Receptionist was paused",
+        "Budget still exhausted: Receptionist was paused again",
+    ]
+    assert "Raise its budget" in announced[1].body  # type: ignore[attr-defined]
+
+
 def _org_policy(scene: Scene, *, cost: int, soft_pct: int = 80) -> None:
     with tenant_session(scene.org) as session:
         session.add(
