@@ -64,6 +64,8 @@ from switchboard.db.session import async_tenant_transaction
 from switchboard.db.usage import record_usage
 
 _ACTIVE = [s.value for s in ACTIVE_RUN_STATUSES]
+# The error code of a run closed because its runner was gone (its usage counted by that closing).
+LOST_ERROR_CODE = "process_lost"
 _ACTIVE_SQL = ", ".join(f"'{status}'" for status in _ACTIVE)
 _UUID = PG_UUID(as_uuid=True)
 
@@ -386,7 +388,7 @@ class RunStore:
                 status=RunStatus.FAILED.value,
                 vitality="dead",
                 error_family="processLost",
-                error_code="process_lost",
+                error_code=LOST_ERROR_CODE,
                 error_message="lost before any runner took it; a new attempt took over",
                 # Its own wake reason is unknown here: recovery for a retry, else the column default.
                 **({"wake_reason": request.wake_reason.value} if request.attempt > 2 else {}),
@@ -413,18 +415,30 @@ class RunStore:
         return None if row is None else (row.id, row.heartbeat_at)
 
     async def _close_lost(self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID) -> None:
-        await session.execute(
-            update(AiAgentRun)
-            .where(AiAgentRun.org_id == org_id, AiAgentRun.id == run_id, AiAgentRun.status.in_(_ACTIVE))
-            .values(
-                status=RunStatus.FAILED.value,
-                vitality="dead",
-                error_family="processLost",
-                error_code="process_lost",
-                error_message="the runner holding this run stopped heartbeating; a new attempt took over",
-                completed_at=datetime.now(UTC),
+        """Close a run whose runner is gone, and put what it spent up to its last recorded step in
+        the usage ledger: the provider charged it, and that runner will never finish the run."""
+        now = datetime.now(UTC)
+        lost = (
+            await session.execute(
+                update(AiAgentRun)
+                .where(AiAgentRun.org_id == org_id, AiAgentRun.id == run_id, AiAgentRun.status.in_(_ACTIVE))
+                .values(
+                    status=RunStatus.FAILED.value,
+                    vitality="dead",
+                    error_family="processLost",
+                    error_code=LOST_ERROR_CODE,
+                    error_message="the runner holding this run stopped heartbeating; a new attempt took over",
+                    completed_at=now,
+                )
+                .returning(AiAgentRun.agent_id, AiAgentRun.tokens_in, AiAgentRun.tokens_out, AiAgentRun.cost_micros)
             )
-        )
+        ).one_or_none()
+        if lost is not None and (lost.tokens_in or lost.tokens_out or lost.cost_micros):
+            await session.run_sync(
+                lambda s: record_usage(
+                    s, org_id, lost.agent_id, now, lost.tokens_in or 0, lost.tokens_out or 0, lost.cost_micros or 0
+                )
+            )
 
     async def _load(self, session: AsyncSession, request: RunRequested) -> _Loaded:
         """The run's subject, whether its id is taken, which of its messages exist, and every
@@ -494,7 +508,12 @@ class RunStore:
             await session.execute(
                 text(
                     "UPDATE ai_agent_runs SET tool_calls = tool_calls || CAST(:entries AS jsonb),"
-                    " steps_count = :steps, tokens_in = :tin, tokens_out = :tout, cost_micros = :cost,"
+                    # Usage only while the run is active: a row closed as lost keeps what its closing
+                    # counted in the ledger (_close_lost), so a late finish counts only the rest.
+                    f" steps_count = CASE WHEN status IN ({_ACTIVE_SQL}) THEN :steps ELSE steps_count END,"
+                    f" tokens_in = CASE WHEN status IN ({_ACTIVE_SQL}) THEN :tin ELSE tokens_in END,"
+                    f" tokens_out = CASE WHEN status IN ({_ACTIVE_SQL}) THEN :tout ELSE tokens_out END,"
+                    f" cost_micros = CASE WHEN status IN ({_ACTIVE_SQL}) THEN :cost ELSE cost_micros END,"
                     " prompt = coalesce(CAST(:prompt AS jsonb), prompt),"
                     " heartbeat_at = now(), updated_at = now()"
                     " WHERE org_id = :org AND id = :run"
@@ -526,7 +545,7 @@ class RunStore:
             closed = await session.scalar(_CLOSE_RUN, _close_values(request, finish, failure))
             if closed is None:
                 await _append_trace_tail(session, request, finish.trace_tail, finish.prompt)
-                await session.run_sync(_add_usage, request, usage, outcome.cost_micros, finish.completed_at)
+                await _add_uncounted_usage(session, request, usage, outcome.cost_micros, finish.completed_at)
                 return False
             if finish.invalid_credential_id is not None:
                 await session.execute(
@@ -579,7 +598,7 @@ class RunStore:
         outcome, cls = finish.outcome, finish.classification
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             await _append_trace_tail(session, request, finish.trace_tail, finish.prompt)
-            await session.execute(
+            handed = await session.scalar(
                 update(AiAgentRun)
                 .where(
                     AiAgentRun.org_id == request.org_id,
@@ -599,8 +618,12 @@ class RunStore:
                     latency_ms=finish.latency_ms,
                     completed_at=finish.completed_at,
                 )
+                .returning(AiAgentRun.id)
             )
-            await session.run_sync(_add_usage, request, outcome.usage, outcome.cost_micros, finish.completed_at)
+            if handed is not None:
+                await session.run_sync(_add_usage, request, outcome.usage, outcome.cost_micros, finish.completed_at)
+            else:  # closed meanwhile (a newer attempt took over): count what that closing did not
+                await _add_uncounted_usage(session, request, outcome.usage, outcome.cost_micros, finish.completed_at)
 
     # ------------------------------------------------------------------ issue 6 item 9
 
@@ -753,6 +776,32 @@ def _int_or_none(value: Any) -> int | None:
 
 def _add_usage(session: Session, request: RunRequested, usage: TokenUsage, cost: int, at: datetime) -> None:
     record_usage(session, request.org_id, request.agent_id, at, usage.all_input, usage.output_tokens, cost)
+
+
+async def _add_uncounted_usage(
+    session: AsyncSession, request: RunRequested, usage: TokenUsage, cost: int, at: datetime
+) -> None:
+    """A run that finished after it was closed: its usage, less what the closing put in the ledger.
+
+    A row closed as lost (``_close_lost``) counted the usage it held, which is frozen from then on
+    (``append_trace`` updates it only while the run is active); any other closing counted nothing."""
+    row = (
+        await session.execute(
+            select(AiAgentRun.error_code, AiAgentRun.tokens_in, AiAgentRun.tokens_out, AiAgentRun.cost_micros).where(
+                AiAgentRun.org_id == request.org_id, AiAgentRun.id == request.run_id
+            )
+        )
+    ).one_or_none()
+    counted_in = counted_out = counted_cost = 0
+    if row is not None and row.error_code == LOST_ERROR_CODE:
+        counted_in, counted_out, counted_cost = row.tokens_in or 0, row.tokens_out or 0, row.cost_micros or 0
+    rest_in = max(0, usage.all_input - counted_in)
+    rest_out = max(0, usage.output_tokens - counted_out)
+    rest_cost = max(0, cost - counted_cost)
+    if rest_in or rest_out or rest_cost:
+        await session.run_sync(
+            lambda s: record_usage(s, request.org_id, request.agent_id, at, rest_in, rest_out, rest_cost)
+        )
 
 
 def run_completed(subject: RunSubject, finish: Finish) -> RunCompleted:

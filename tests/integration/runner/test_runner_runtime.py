@@ -115,6 +115,10 @@ async def test_recovery_attempt_closes_the_lost_parent_and_completes(rh: RunnerH
                 agent_version_id=agent.version_id,
                 conversation_id=agent.conversation_id,
                 status="running",
+                # What its steps had spent when it died: the provider charged that.
+                tokens_in=700,
+                tokens_out=70,
+                cost_micros=1234,
             )
         )
     rh.fake.script([Reply(text="resposta da tentativa 2")])
@@ -124,6 +128,11 @@ async def test_recovery_attempt_closes_the_lost_parent_and_completes(rh: RunnerH
     lost = rh.run_row(parent)
     assert lost is not None
     assert (lost.status, lost.vitality, lost.error_family) == ("failed", "dead", "processLost")
+    # The lost run's usage reaches the ledger when it is closed (its runner never will count it).
+    usage = rh.usage(agent.org_id)
+    assert usage is not None
+    assert (usage.input_tokens, usage.output_tokens) == (700 + row.tokens_in, 70 + row.tokens_out)
+    assert usage.cost_micros == 1234 + row.cost_micros
 
 
 async def test_a_newer_attempt_supersedes_its_parent_running_here_and_only_it_replies(rh: RunnerHarness) -> None:
@@ -146,6 +155,38 @@ async def test_a_newer_attempt_supersedes_its_parent_running_here_and_only_it_re
     assert lost is not None and lost.status == "failed" and lost.final_text is None
     completed = [r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted)]
     assert [(r.run_id, r.final_text) for r in completed] == [(retry.run_id, "resposta da tentativa 2")]
+
+
+async def test_a_superseded_run_that_finishes_late_is_counted_once(rh: RunnerHarness) -> None:
+    """Closing the superseded parent counts the step it had recorded; when its runner then stops
+    it (hands it back), only what that closing did not count is added: every model call the
+    attempts reported is in the ledger exactly once (the parent's cancelled call reported nothing)."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script(
+        [
+            tool(SEARCH_CONTACTS, {"query": "Ana"}, input_tokens=300, output_tokens=30),
+            Reply(text="tarde demais", delay_s=4.0, input_tokens=500, output_tokens=50),
+            Reply(text="resposta da tentativa 2", input_tokens=100, output_tokens=10),
+        ]
+    )
+    message = inbound(rh.db, agent, "Oi")
+    parent = run_request(agent, [message])
+    await rh.submit(parent)
+    deadline = time.monotonic() + 20
+    while (row := rh.run_row(parent)) is None or row.tokens_in != 300:  # its first step is recorded
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    retry = run_request(agent, [message], attempt=2, parent_run_id=parent.run_id)
+    assert (await rh.run(retry)).status == "completed"
+    deadline = time.monotonic() + 20
+    # Closed either way round: lost by the retry's claim, then handed back by its runner, or
+    # handed back first (the runner saw the newer attempt) and found closed by the claim.
+    while (lost := rh.run_row(parent)) is None or lost.status != "failed":
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(1.0)  # anything counted twice would show up now
+    usage = rh.usage(agent.org_id)
+    assert usage is not None and (usage.input_tokens, usage.output_tokens) == (300 + 100, 30 + 10)
 
 
 async def test_a_recovery_of_a_run_that_answered_after_all_sends_no_second_reply(rh: RunnerHarness) -> None:
