@@ -121,7 +121,7 @@ async def configure_channel_webhooks(client: httpx.AsyncClient, org: DemoOrg, ch
     """Point the channel server's session at our webhook, as an operator configures a WAHA session:
     it then calls back with the echo of every text sent and its receipts."""
     webhook = {
-        "url": f"{str(client.base_url).rstrip('/')}{WEBHOOK_PATH}",
+        "url": f"{str(client.base_url).rstrip('/')}{WEBHOOK_PATH}/{org.channel_session_id}",  # its own URL
         "events": ["message", "message.any", "message.ack", "session.status"],
         "hmac": {"key": org.webhook_secret},
     }
@@ -142,7 +142,8 @@ async def post_webhook(client: httpx.AsyncClient, org: DemoOrg, event: str, payl
         "payload": payload,
     }
     body = json.dumps(envelope).encode()
-    response = await client.post(WEBHOOK_PATH, content=body, headers=sign(org.webhook_secret, body))
+    path = f"{WEBHOOK_PATH}/{org.channel_session_id}"  # the session's own URL, as WAHA is configured
+    response = await client.post(path, content=body, headers=sign(org.webhook_secret, body))
     _check(response, f"webhook {event}")
     data: dict[str, Any] = response.json()["data"]
     return data

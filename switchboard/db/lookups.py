@@ -26,6 +26,8 @@ LOOKUP_FUNCTIONS: tuple[str, ...] = (
     "lookup_api_token",
     "lookup_user_memberships",
     "lookup_channel_session",
+    # The per-session webhook URL (revision 0027).
+    "lookup_channel_session_by_id",
     "list_organization_ids",
     "list_due_followups",
     # The dispatcher's cross-org questions (revision 0008).
@@ -116,7 +118,8 @@ def lookup_user_memberships(db: Session | Connection, user_id: uuid.UUID) -> lis
 def lookup_channel_session(
     db: Session | Connection, provider: str, external_session: str
 ) -> ChannelSessionRoute | None:
-    """Which org and channel session a provider webhook for ``external_session`` belongs to."""
+    """Which org and channel session the name-routed webhook for ``external_session`` belongs to
+    (only sessions that hold their name alone: ``routes_by_name``)."""
     row = db.execute(
         text("SELECT * FROM lookup_channel_session(:p, :s)"),
         {"p": provider, "s": external_session},
@@ -124,6 +127,19 @@ def lookup_channel_session(
     if row is None:
         return None
     return ChannelSessionRoute(row.channel_session_id, row.org_id, row.status)
+
+
+def lookup_channel_session_by_id(
+    db: Session | Connection, provider: str, channel_session_id: uuid.UUID
+) -> tuple[ChannelSessionRoute, str] | None:
+    """The org and status of the session a per-session webhook URL names, with its name."""
+    row = db.execute(
+        text("SELECT * FROM lookup_channel_session_by_id(:p, :i)"),
+        {"p": provider, "i": channel_session_id},
+    ).one_or_none()
+    if row is None:
+        return None
+    return ChannelSessionRoute(row.channel_session_id, row.org_id, row.status), row.external_session
 
 
 def list_organization_ids(db: Session | Connection) -> list[uuid.UUID]:

@@ -9,14 +9,15 @@ from fastapi import APIRouter, Query, Request, status
 
 from services.api.channels import repository, service
 from services.api.channels.schemas import (
+    WEBHOOK_PATH,
     ChannelSessionCreated,
     ChannelSessionView,
     CreateChannelSession,
     UpdateChannelSession,
+    WebhookSetup,
 )
 from services.api.core.auth import AdminWrite, Manager
 from services.api.core.errors import (
-    Conflict,
     Forbidden,
     MfaRequired,
     NotFound,
@@ -55,14 +56,18 @@ def _view(row: ChannelSession) -> ChannelSessionView:
 
 
 def _created(issued: service.IssuedSecret) -> ChannelSessionCreated:
-    return ChannelSessionCreated(**_view(issued.row).model_dump(), webhook_secret=issued.webhook_secret)
+    row = issued.row
+    webhook = WebhookSetup(
+        path=f"{WEBHOOK_PATH}/{row.id}", name_routed_path=WEBHOOK_PATH if row.routes_by_name else None
+    )
+    return ChannelSessionCreated(**_view(row).model_dump(), webhook_secret=issued.webhook_secret, webhook=webhook)
 
 
 @router.post(
     "/channel-sessions",
     response_model=Envelope[ChannelSessionCreated],
     status_code=status.HTTP_201_CREATED,
-    responses=error_responses(Unauthorized, Forbidden, MfaRequired, Conflict, ValidationFailed),
+    responses=error_responses(Unauthorized, Forbidden, MfaRequired, ValidationFailed),
 )
 async def create_channel_session(
     body: CreateChannelSession, ctx: AdminWrite, request: Request

@@ -41,7 +41,7 @@ class CreateChannelSession(BaseModel):
     label: str = Field(min_length=1, max_length=100, description="A name people recognise, e.g. 'Sales line'")
     external_session: str = Field(
         pattern=SESSION_NAME_PATTERN,
-        description="The WAHA session name, exactly as WAHA sends it in webhooks (unique on the platform)",
+        description="The WAHA session name, exactly as WAHA sends it in webhooks (WAHA Core: `default`)",
     )
     phone_number: str | None = Field(default=None, pattern=E164_PATTERN, description="E.164, e.g. +5511999999999")
     base_url: str | None = Field(
@@ -77,7 +77,12 @@ class UpdateChannelSession(BaseModel):
 class WebhookSetup(BaseModel):
     """How to configure the WAHA session's webhook so Switchboard accepts its deliveries."""
 
-    path: str = WEBHOOK_PATH
+    path: str = Field(description="This session's own webhook path, `/api/v1/webhooks/waha/{id}`: use it")
+    name_routed_path: str | None = Field(
+        default=None,
+        description="`/api/v1/webhooks/waha`, which routes by the session name in the body, when this "
+        "session holds its name alone (older setups); null: only `path` reaches this session",
+    )
     events: list[str] = ["message", "message.any", "message.ack", "session.status"]
     hmac_algorithm: Literal["sha512"] = "sha512"
     signature_header: str = "X-Webhook-Hmac"
@@ -104,4 +109,4 @@ class ChannelSessionCreated(ChannelSessionView):
     """Returned by create and ``:rotate-secret`` only: the webhook secret is shown this once."""
 
     webhook_secret: str = Field(description="The HMAC key to set in WAHA's webhook config (`hmac.key`); shown once")
-    webhook: WebhookSetup = WebhookSetup()
+    webhook: WebhookSetup

@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.api.channels import repository
-from services.api.core.errors import Conflict, NotFound
+from services.api.core.errors import NotFound
 from switchboard.crypto import KeyRing, Sealed
 from switchboard.db.audit import record_audit
 from switchboard.db.enums import ChannelProvider
@@ -126,9 +126,8 @@ def create_session(
 ) -> IssuedSecret:
     """Register a WAHA session for the org with a fresh webhook secret (returned once)."""
     provider = ChannelProvider.WAHA.value
-    # Session names route webhooks, so they are unique on the platform. Say so without naming the owner.
-    if lookup_channel_session(session, provider, external_session) is not None:
-        raise Conflict("A channel session with this name already exists", details={"field": "external_session"})
+    # Every session is routed by its own webhook URL; the name-routed URL also routes it while
+    # no other session holds the name (WAHA Core calls every session ``default``).
     row = ChannelSession(
         id=uuid.uuid4(),
         org_id=org_id,
@@ -137,6 +136,7 @@ def create_session(
         label=label,
         phone_number=phone_number,
         base_url=base_url,
+        routes_by_name=lookup_channel_session(session, provider, external_session) is None,
     )
     secret = new_webhook_secret()
     _seal_into(row, "webhook_secret", keyring, secret)
@@ -146,10 +146,11 @@ def create_session(
         with session.begin_nested():
             session.add(row)
             session.flush()
-    except IntegrityError as exc:  # a concurrent create of the same name won the race
-        raise Conflict(
-            "A channel session with this name already exists", details={"field": "external_session"}
-        ) from exc
+    except IntegrityError:  # a concurrent create took the name first: this one is routed by its URL only
+        row.routes_by_name = False
+        with session.begin_nested():
+            session.add(row)
+            session.flush()
     record_audit(
         session,
         org_id=org_id,

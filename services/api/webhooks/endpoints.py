@@ -10,6 +10,7 @@ arrive together are committed together (``group_commit``).
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any, ClassVar
 
 from fastapi import APIRouter, Request
@@ -105,15 +106,34 @@ _SIGNATURE_HEADERS: list[dict[str, Any]] = [
 
 
 @router.post(
+    "/webhooks/waha/{channel_session_id}",
+    response_model=Envelope[WebhookResult],
+    responses=error_responses(Unauthorized, ValidationFailed, PayloadTooLarge),
+    openapi_extra={"requestBody": _REQUEST_BODY, "parameters": _SIGNATURE_HEADERS, "security": []},
+)
+async def waha_session_webhook(channel_session_id: uuid.UUID, request: Request) -> Envelope[WebhookResult]:
+    """Ingest one WAHA event for the session this URL names (its id, from the create response).
+    `message`/`message.any` are stored once and dispatched when a customer wrote them; `session.status`
+    follows the session's state; other events are acknowledged and ignored. The body must name this
+    session (`422 session_mismatch` otherwise); sessions may share a name (WAHA Core's `default`).
+    """
+    return await _ingest(request, channel_session_id)
+
+
+@router.post(
     "/webhooks/waha",
     response_model=Envelope[WebhookResult],
     responses=error_responses(Unauthorized, ValidationFailed, PayloadTooLarge),
     openapi_extra={"requestBody": _REQUEST_BODY, "parameters": _SIGNATURE_HEADERS, "security": []},
 )
 async def waha_webhook(request: Request) -> Envelope[WebhookResult]:
-    """Ingest one WAHA event: `message`/`message.any` are stored once and dispatched when a customer wrote them;
-    `session.status` follows the session's state; other events are acknowledged and ignored.
+    """Ingest one WAHA event, routed by the session name in the body: only for a session that holds
+    its name alone (`webhook.name_routed_path` of its create response). Prefer the per-session URL.
     """
+    return await _ingest(request, None)
+
+
+async def _ingest(request: Request, channel_session_id: uuid.UUID | None) -> Envelope[WebhookResult]:
     try:
         raw = await _read_body(request)
         delivery = service.Delivery(
@@ -122,6 +142,7 @@ async def waha_webhook(request: Request) -> Envelope[WebhookResult]:
             signature=request.headers.get("x-webhook-hmac"),
             algorithm=request.headers.get("x-webhook-hmac-algorithm"),
             request_id=getattr(request.state, "request_id", None),
+            channel_session_id=channel_session_id,
         )
         writer: WebhookGroupCommit = request.app.state.webhook_writer
         result = await writer.submit(delivery)

@@ -28,7 +28,7 @@ from switchboard.db.models.channels import Message
 from switchboard.db.tenancy import TENANT_SETTING
 
 # ``lookup_channel_session`` (SECURITY DEFINER, works before the org is known) for every
-# session named in a batch of deliveries, in one round trip. The secrets are tenant rows:
+# session named in a batch of deliveries on the name-routed URL, in one round trip. The secrets are tenant rows:
 # they are read after the tenant is set (``session_secrets``).
 _ROUTES = text(
     """
@@ -41,8 +41,37 @@ CROSS JOIN LATERAL lookup_channel_session(:provider, n.name) AS r
 
 def routes(session: Session, provider: str, external_sessions: Iterable[str]) -> dict[str, ChannelSessionRoute]:
     """Which org and channel session each named session belongs to (unknown names are absent)."""
-    rows = session.execute(_ROUTES, {"provider": provider, "external_sessions": sorted(set(external_sessions))})
+    names = sorted(set(external_sessions))
+    if not names:
+        return {}
+    rows = session.execute(_ROUTES, {"provider": provider, "external_sessions": names})
     return {row.external_session: ChannelSessionRoute(row.channel_session_id, row.org_id, row.status) for row in rows}
+
+
+_ROUTES_BY_ID = text(
+    """
+SELECT r.channel_session_id, r.org_id, r.status, r.external_session
+FROM unnest(CAST(:ids AS uuid[])) AS n(id)
+CROSS JOIN LATERAL lookup_channel_session_by_id(:provider, n.id) AS r
+"""
+)
+
+
+def routes_by_id(
+    session: Session, provider: str, channel_session_ids: Iterable[uuid.UUID | None]
+) -> dict[uuid.UUID, tuple[ChannelSessionRoute, str]]:
+    """The sessions the per-session webhook URLs of a batch name, each with its WAHA name."""
+    ids = sorted({i for i in channel_session_ids if i is not None}, key=str)
+    if not ids:
+        return {}
+    rows = session.execute(_ROUTES_BY_ID, {"provider": provider, "ids": ids})
+    found: dict[uuid.UUID, tuple[ChannelSessionRoute, str]] = {}
+    for row in rows:
+        found[row.channel_session_id] = (
+            ChannelSessionRoute(row.channel_session_id, row.org_id, row.status),
+            row.external_session,
+        )
+    return found
 
 
 def set_tenant(session: Session, org_id: uuid.UUID) -> None:

@@ -98,6 +98,15 @@ class Delivery:
     signature: str | None
     algorithm: str | None
     request_id: str | None
+    # The session the per-session URL names (``/webhooks/waha/{id}``); None: routed by the body's name.
+    channel_session_id: uuid.UUID | None = None
+
+
+class SessionMismatch(ValidationFailed):
+    """A per-session URL received a delivery naming another session: WAHA is set up with the
+    wrong URL, and replies would go to a session that never wrote."""
+
+    code = "session_mismatch"
 
 
 def signature_matches(secret: bytes, body: bytes, signature: str | None, algorithm: str | None) -> bool:
@@ -134,21 +143,32 @@ def handle_deliveries(
 ) -> list[Outcome]:
     """Authenticate a batch of deliveries and act on each, in the caller's one transaction.
 
-    Round trips are per batch where they can be: one statement routes every session named,
-    one per org sets the tenant and reads its sessions' secrets; then each delivery's own
-    statements. A delivery refused before its first write (bad signature, invalid payload)
-    gets its error as its outcome and the others go on; an exception raised once writes have
-    begun is raised out of here, and the caller rolls the whole batch back
+    Round trips are per batch where they can be: one statement routes the sessions the
+    per-session URLs name, one those the bodies name on the name-routed URL, one per org sets
+    the tenant and reads its sessions' secrets; then each delivery's own statements. A
+    delivery refused before its first write (bad signature, invalid payload, a per-session URL
+    given another session's delivery) gets its error as its outcome and the others go on; an
+    exception raised once writes have begun is raised out of here, and the caller rolls the
+    whole batch back
     (``group_commit``). Orgs, then sessions, then chats are visited in one fixed order, so
     two batches that lock the same conversations lock them in the same order (no deadlock);
     the deliveries of one chat keep their arrival order.
     """
-    routes = repository.routes(session, ChannelProvider.WAHA.value, (d.event.session for d in deliveries))
+    provider = ChannelProvider.WAHA.value
+    by_name = repository.routes(
+        session, provider, (d.event.session for d in deliveries if d.channel_session_id is None)
+    )
+    by_id = repository.routes_by_id(session, provider, (d.channel_session_id for d in deliveries))
     outcomes: list[Outcome | None] = [None] * len(deliveries)
     outbox = OutboxBatch()  # the batch's dispatch records: one insert at the end
     by_org: dict[uuid.UUID, list[tuple[int, ChannelSessionRoute]]] = {}
     for index, delivery in enumerate(deliveries):
-        route = routes.get(delivery.event.session)
+        route: ChannelSessionRoute | None
+        if delivery.channel_session_id is not None:  # never routed by the body's name instead
+            named = by_id.get(delivery.channel_session_id)
+            route = named[0] if named is not None else None
+        else:
+            route = by_name.get(delivery.event.session)
         if route is None:
             signature_matches(_DECOY_SECRET, delivery.raw, delivery.signature, delivery.algorithm)
             outcomes[index] = Unauthorized(BAD_SIGNATURE)
@@ -164,6 +184,13 @@ def handle_deliveries(
             secret = _open_secret(keyring, route, sealed.get(route.channel_session_id))
             if secret is None or not signature_matches(secret, delivery.raw, delivery.signature, delivery.algorithm):
                 outcomes[index] = Unauthorized(BAD_SIGNATURE)
+                continue
+            expected_name = by_id[route.channel_session_id][1] if delivery.channel_session_id is not None else None
+            if expected_name is not None and delivery.event.session != expected_name:
+                outcomes[index] = SessionMismatch(
+                    "This webhook URL belongs to another WAHA session than the one the delivery names",
+                    details={"expected_session": expected_name, "session": delivery.event.session},
+                )
                 continue
             try:
                 plan = _plan(index, route, delivery, serde)

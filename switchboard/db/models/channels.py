@@ -43,8 +43,15 @@ class ChannelSession(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         check_in("provider", ChannelProvider),
         check_in("status", ChannelSessionStatus),
         CheckConstraint(f"phone_number IS NULL OR phone_number ~ '{_E164}'", name="phone_e164"),
-        # The webhook names the session; the pair must lead to exactly one org.
-        UniqueConstraint("provider", "external_session"),
+        # The name-routed webhook URL names the session: among the sessions it routes, the
+        # pair leads to exactly one org (revision 0027; the per-session URL needs no name).
+        Index(
+            "uq_channel_sessions_routing_name",
+            "provider",
+            "external_session",
+            unique=True,
+            postgresql_where=text("routes_by_name"),
+        ),
         Index(None, "org_id", "created_at"),
         *_sealed_checks("webhook_secret"),
         *_sealed_checks("api_key"),
@@ -53,6 +60,9 @@ class ChannelSession(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     provider: Mapped[str] = mapped_column(server_default=text("'waha'"))
     # The provider's own name for the session (WAHA "session"), as sent in webhooks.
     external_session: Mapped[str]
+    # Whether the name-routed webhook URL routes this session (its name was free when it was
+    # created); every session is routed by its own URL, /api/v1/webhooks/waha/{id}.
+    routes_by_name: Mapped[bool] = mapped_column(server_default=text("false"))
     label: Mapped[str]
     phone_number: Mapped[str | None]
     status: Mapped[str] = mapped_column(server_default=text("'starting'"))

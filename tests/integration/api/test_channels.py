@@ -74,7 +74,9 @@ async def test_create_returns_the_secret_once_and_never_again(
     assert data["external_session"] == body["external_session"] and data["provider"] == "waha"
     assert data["base_url"] == "http://waha.internal:3000"  # trailing slash dropped
     assert data["status"] == "starting" and data["has_api_key"] is True and data["has_webhook_secret"] is True
-    assert data["webhook"]["hmac_algorithm"] == "sha512" and data["webhook"]["path"] == "/api/v1/webhooks/waha"
+    assert data["webhook"]["hmac_algorithm"] == "sha512"
+    assert data["webhook"]["path"] == f"/api/v1/webhooks/waha/{data['id']}"
+    assert data["webhook"]["name_routed_path"] == "/api/v1/webhooks/waha", "a free name routes by name too"
     assert API_KEY not in created.text
 
     listed = await client.get("/api/v1/channel-sessions", headers=org.headers(Role.MANAGER))
@@ -162,17 +164,24 @@ async def test_patch_changes_only_what_is_sent_and_can_clear_the_api_key(
     assert (await client.patch(url, json={"label": None}, headers=org.headers())).status_code == 422
 
 
-async def test_session_names_are_unique_on_the_platform(
+async def test_businesses_on_waha_core_share_the_session_name_default(
     client: httpx.AsyncClient, make_org: Callable[..., OrgHandle]
 ) -> None:
+    """WAHA Core has one session, always ``default``: every business on it gets its own webhook
+    URL, and only the first also routes by name (the name-routed URL cannot tell them apart)."""
+    name = f"default-{uuid.uuid4().hex[:8]}"  # other tests share the platform: a name of this test's own
     org_a, org_b = make_org(name="A"), make_org(name="B")
-    body = new_session_body()
-    assert (await client.post("/api/v1/channel-sessions", json=body, headers=org_a.headers())).status_code == 201
-    for org in (org_a, org_b):
-        again = await client.post("/api/v1/channel-sessions", json=body, headers=org.headers())
-        assert again.status_code == 409
-        assert again.json()["error"]["code"] == "conflict"
-        assert str(org_a.org_id) not in again.text
+    first = await client.post(
+        "/api/v1/channel-sessions", json=new_session_body(external_session=name), headers=org_a.headers()
+    )
+    second = await client.post(
+        "/api/v1/channel-sessions", json=new_session_body(external_session=name), headers=org_b.headers()
+    )
+    assert (first.status_code, second.status_code) == (201, 201), second.text
+    a, b = first.json()["data"], second.json()["data"]
+    assert a["webhook"]["name_routed_path"] == "/api/v1/webhooks/waha"
+    assert b["webhook"]["name_routed_path"] is None and b["webhook"]["path"] == f"/api/v1/webhooks/waha/{b['id']}"
+    assert str(org_a.org_id) not in second.text
 
 
 async def test_another_orgs_session_is_not_found(client: httpx.AsyncClient, make_org: Callable[..., OrgHandle]) -> None:

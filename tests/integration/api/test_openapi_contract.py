@@ -30,6 +30,7 @@ pytestmark = pytest.mark.integration
 PUBLIC_OPERATIONS = {
     ("POST", "/api/v1/auth/login"),  # credentials in the body
     ("POST", "/api/v1/webhooks/waha"),  # HMAC signature of the channel session
+    ("POST", "/api/v1/webhooks/waha/{channel_session_id}"),  # the same, routed by the URL
 }
 
 

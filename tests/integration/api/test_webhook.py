@@ -41,8 +41,8 @@ class Channel:
     secret: str
 
 
-async def connect_channel(client: httpx.AsyncClient, org: OrgHandle) -> Channel:
-    name = f"sess-{uuid.uuid4().hex[:12]}"
+async def connect_channel(client: httpx.AsyncClient, org: OrgHandle, name: str | None = None) -> Channel:
+    name = name or f"sess-{uuid.uuid4().hex[:12]}"
     created = await client.post(
         "/api/v1/channel-sessions",
         json={"label": "Main line", "external_session": name, "phone_number": "+5511900000000"},
@@ -88,12 +88,18 @@ def encode(event: dict[str, Any]) -> bytes:
 
 
 async def deliver(
-    client: httpx.AsyncClient, raw: bytes, secret: str | None, *, headers: dict[str, str] | None = None
+    client: httpx.AsyncClient,
+    raw: bytes,
+    secret: str | None,
+    *,
+    headers: dict[str, str] | None = None,
+    session_id: uuid.UUID | None = None,
 ) -> httpx.Response:
+    """POST to the name-routed URL, or with ``session_id`` to that session's own URL."""
     sent = {"Content-Type": "application/json", "X-Webhook-Hmac-Algorithm": "sha512", **(headers or {})}
     if secret is not None:
         sent["X-Webhook-Hmac"] = sign(secret, raw)
-    return await client.post(WEBHOOK, content=raw, headers=sent)
+    return await client.post(WEBHOOK if session_id is None else f"{WEBHOOK}/{session_id}", content=raw, headers=sent)
 
 
 def messages(session: Session, channel: Channel, external_id: str) -> list[Message]:
@@ -409,6 +415,39 @@ async def test_another_orgs_session_secret_does_not_validate(
     assert messages(db(org_b.org_id), channel_b, event["payload"]["id"]) == []
     # The right secret still works.
     assert (await deliver(client, encode(event), channel_b.secret)).status_code == 200
+
+
+async def test_sessions_sharing_a_name_are_each_reached_by_their_own_url(
+    client: httpx.AsyncClient, make_org: Callable[..., OrgHandle], db: Callable[[uuid.UUID], Session]
+) -> None:
+    """Two businesses on WAHA Core, both ``default``: each session's URL routes to that session
+    alone, signed with its own secret; the name-routed URL reaches only the first; a URL given
+    another session's delivery is refused (422 ``session_mismatch``), an unknown one is a 401."""
+    name = f"default-{uuid.uuid4().hex[:8]}"
+    org_a, org_b = make_org(name="A"), make_org(name="B")
+    channel_a, channel_b = await connect_channel(client, org_a, name), await connect_channel(client, org_b, name)
+    event_a, event_b = message_event(channel_a), message_event(channel_b)
+
+    to_a = await deliver(client, encode(event_a), channel_a.secret, session_id=channel_a.id)
+    to_b = await deliver(client, encode(event_b), channel_b.secret, session_id=channel_b.id)
+    assert (to_a.status_code, to_b.status_code) == (200, 200), to_b.text
+    assert to_a.json()["data"]["dispatched"] and to_b.json()["data"]["dispatched"]
+    assert len(messages(db(org_a.org_id), channel_a, event_a["payload"]["id"])) == 1
+    assert len(messages(db(org_b.org_id), channel_b, event_b["payload"]["id"])) == 1
+    assert messages(db(org_a.org_id), channel_a, event_b["payload"]["id"]) == []
+
+    # B's secret on A's URL, and B's delivery on the name-routed URL (which routes to A): refused.
+    crossed = await deliver(client, encode(message_event(channel_b)), channel_b.secret, session_id=channel_a.id)
+    by_name = await deliver(client, encode(message_event(channel_b)), channel_b.secret)
+    assert (crossed.status_code, by_name.status_code) == (401, 401)
+    assert (await deliver(client, encode(message_event(channel_a)), channel_a.secret)).status_code == 200
+
+    mismatch = message_event(channel_a) | {"session": "another-session"}
+    wrong = await deliver(client, encode(mismatch), channel_a.secret, session_id=channel_a.id)
+    assert wrong.status_code == 422 and wrong.json()["error"]["code"] == "session_mismatch", wrong.text
+    assert messages(db(org_a.org_id), channel_a, mismatch["payload"]["id"]) == []
+    unknown = await deliver(client, encode(message_event(channel_a)), channel_a.secret, session_id=uuid.uuid4())
+    assert unknown.status_code == 401 and unknown.json()["error"]["code"] == "unauthorized"
 
 
 @pytest.mark.parametrize(

@@ -126,6 +126,7 @@ def build_channel_sessions(session: Session, org_id: uuid.UUID) -> ChannelSessio
         label="Main number",
         phone_number=f"+55{_digits(11)}",
         status="working",
+        routes_by_name=True,
     )
 
 

@@ -235,6 +235,9 @@ class TestLookups:
             route = lookups.lookup_channel_session(session, "waha", channel.external_session)
             assert route is not None and (route.org_id, route.channel_session_id) == (org_b, channel.id)
             assert lookups.lookup_channel_session(session, "waha", "unknown-session") is None
+            by_id = lookups.lookup_channel_session_by_id(session, "waha", channel.id)
+            assert by_id is not None and by_id[0] == route and by_id[1] == channel.external_session
+            assert lookups.lookup_channel_session_by_id(session, "waha", uuid.uuid4()) is None
             org_ids = lookups.list_organization_ids(session)
             assert {org_a, org_b} <= set(org_ids)
             due = lookups.list_due_followups(session, datetime.now(UTC) + timedelta(days=2), limit=1000)
