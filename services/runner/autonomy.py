@@ -199,9 +199,16 @@ class AutonomyGate:
         run = self._run
         request = run.subject.request
         gate = run.settings.gate(call.name)
-        if gate in (Gate.RUN, Gate.EXECUTE) or request.dry_run or call.error:
-            return None  # a dry run executes nothing anyway (the tools say so)
+        if gate is Gate.RUN or request.dry_run or call.error:
+            return None  # not gated; a dry run executes nothing anyway (the tools say so)
+        # The owner may have engaged a kill switch (or changed the area's mode) since the run
+        # began: each gated write follows the settings as they are now.
+        run.settings = await run.store.current_settings(request.org_id)
+        gate = run.settings.gate(call.name)
+        if gate is Gate.EXECUTE:
+            return None
         if gate is Gate.HIDDEN:
+            ctx.guard("autonomy_off", f"{call.name} refused: autonomy for its area is off")
             return ToolOutcome(call.id, call.name, f"{call.name} is not available: autonomy for its area is off.", True)
         real = self._pii.reveal_call(call)
         pause = run.pause_on_proposal

@@ -132,6 +132,12 @@ class AutonomyStore:
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             return await read_autonomy(session, request)
 
+    async def current_settings(self, org_id: uuid.UUID) -> AutonomySettings:
+        """The org's settings now: read again before each gated write, so a kill switch engaged
+        while a run (or a /goal segment) is under way stops its next write, not its next run."""
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            return await session.run_sync(lambda s: load_settings(s, org_id))
+
     async def propose(self, request: RunRequested, action: Action, proposed: dict[str, Any], title: str) -> None:
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             if not await _insert_decision(session, request, action, proposed, AutonomyMode.PROPOSE):

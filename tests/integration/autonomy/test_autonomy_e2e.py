@@ -118,6 +118,36 @@ async def test_off_and_kill_switches_hide_write_tools(
     assert denied.status_code == 403
 
 
+async def test_a_kill_switch_engaged_during_a_run_refuses_its_next_write(
+    rh: RunnerHarness, api: httpx.AsyncClient, org: OrgHandle
+) -> None:
+    """The owner pulls the kill switch while the agent is thinking (crm is ``auto``): the write
+    the model then asks for is refused, nothing is sent, and the run says why in its trace."""
+    agent = _agent(rh, org, SEND_WHATSAPP_MESSAGE)
+    await _put(api, org, "/areas/crm", {"mode": "auto"})
+    calls = {"n": 0}
+
+    def script(received: Received) -> Reply:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            # The owner's switch, committed before the model's answer reaches the runner.
+            _rows_exec(
+                rh, org.org_id, "UPDATE organizations SET autonomy_kill_switch = true WHERE id = :o", o=org.org_id
+            )
+            return tool(SEND_WHATSAPP_MESSAGE, {"text": "Discount applied"})
+        return Reply(text="I cannot send that now.")
+
+    rh.fake.script(script)
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Can I have a discount?")]))
+    assert row.status == "completed"
+    assert SEND_WHATSAPP_MESSAGE in _offered(rh.fake.received[-2]), "offered: the run began under auto"
+    assert not _rows(rh, org.org_id, "SELECT 1 FROM messages WHERE run_id = :r AND direction = 'outbound'", r=row.id)
+    assert not _rows(rh, org.org_id, "SELECT 1 FROM agent_decisions WHERE run_id = :r", r=row.id)
+    assert "autonomy for its area is off" in json.dumps(rh.fake.received[-1].body)
+    guards = _rows(rh, org.org_id, "SELECT tool_calls FROM ai_agent_runs WHERE id = :r", r=row.id)[0]["tool_calls"]
+    assert any(entry.get("name") == "autonomy_off" or "autonomy_off" in json.dumps(entry) for entry in guards)
+
+
 async def test_propose_records_without_executing_and_approval_executes_exactly_once(
     rh: RunnerHarness, api: httpx.AsyncClient, org: OrgHandle
 ) -> None:

@@ -96,9 +96,13 @@ def test_undo_is_recorded_where_the_action_is_reversible() -> None:
 class FakeStore:
     """Records what the gate asked the store to write."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: AutonomySettings) -> None:
         self.proposals: list[tuple[Any, dict[str, Any]]] = []
         self.executions: list[tuple[Any, dict[str, Any]]] = []
+        self.settings = settings  # what the owner has set now (a test may change it mid-run)
+
+    async def current_settings(self, org_id: uuid.UUID) -> AutonomySettings:
+        return self.settings
 
     async def propose(self, request: RunRequested, action: Any, proposed: dict[str, Any], title: str) -> None:
         self.proposals.append((action, proposed))
@@ -126,11 +130,12 @@ def _request(dry_run: bool = False) -> RunRequested:
 
 
 def _run(mode: AutonomyMode, *, pause: bool = False, dry_run: bool = False) -> tuple[RunAutonomy, FakeStore]:
-    store = FakeStore()
+    settings = AutonomySettings(modes={"crm": mode})
+    store = FakeStore(settings)
     run = RunAutonomy(
         store=store,  # type: ignore[arg-type]
         subject=SimpleNamespace(request=_request(dry_run)),  # type: ignore[arg-type]
-        settings=AutonomySettings(modes={"crm": mode}),
+        settings=settings,
         pause_on_proposal=pause,
     )
     return run, store
@@ -182,6 +187,24 @@ async def test_off_refuses_a_call_and_dry_runs_pass_through() -> None:
     dry, store = _run(PROPOSE, dry_run=True)
     assert await dry.gate(Pseudonymizer()).before_call(CallContext(step=1, offered={}), SEND) is None
     assert store.proposals == []
+
+
+async def test_a_kill_switch_engaged_mid_run_stops_the_next_write() -> None:
+    """Settings are read when the run starts, and again before each gated write: the owner's
+    kill switch (org-wide or the area's) or a mode change applies to the very next write."""
+    run, store = _run(AUTO)
+    gate = run.gate(Pseudonymizer())
+    assert await gate.before_call(CallContext(step=1, offered={}), SEND) is None  # auto: it runs
+    store.settings = AutonomySettings(org_kill_switch=True, modes={"crm": AUTO})
+    ctx = CallContext(step=2, offered={})
+    refused = await gate.before_call(ctx, SEND)
+    assert refused is not None and refused.is_error and "off" in refused.content
+    store.settings = AutonomySettings(modes={"crm": AUTO}, killed_areas=frozenset({"crm"}))
+    assert (await gate.before_call(CallContext(step=3, offered={}), SEND)).is_error  # type: ignore[union-attr]
+    store.settings = AutonomySettings(modes={"crm": PROPOSE})
+    proposed = await gate.before_call(CallContext(step=4, offered={}), SEND)
+    assert proposed is not None and json.loads(proposed.content)["status"] == "proposed" and store.proposals
+    assert store.executions == []
 
 
 # ---------------------------------------------------------------- resume
