@@ -118,7 +118,7 @@ def _result(run: AiAgentRun | None) -> DryRunResult:
     response_model=Envelope[DryRunResult],
     responses={
         202: {"model": Envelope[DryRunResult], "description": "still running at the deadline"},
-        **error_responses(NotFound),
+        **error_responses(NotFound, service.DryRunRefused),
     },
     summary="Test a version with a sample message (dry run: nothing is sent)",
 )
@@ -142,6 +142,9 @@ async def test_version(
             request_id=ctx.request_id or None,
         ),
     )
+    # The request's own transaction (the token lookup) ends here: waiting for the run must not
+    # hold a pooled connection for up to the deadline (webhooks share the pool).
+    await ctx.session.commit()
     run = await service.wait_for_run(db.sessions, ctx.org_id, ticket, timeout_s=LiveRunSettings().dry_run_timeout_s)
     result = _result(run)
     done = run is not None and run.status not in {s.value for s in ACTIVE_RUN_STATUSES}

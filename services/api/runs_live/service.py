@@ -33,11 +33,11 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from services.api.core.errors import NotFound, ValidationFailed
+from services.api.core.errors import Conflict, NotFound, ValidationFailed
 from switchboard.contracts import DispatchRequested, InboundMessage, RunEvent, Serde, Topics, WakeContext
-from switchboard.contracts.enums import RunEventType, WakeReason
+from switchboard.contracts.enums import DispatchOutcome, RunEventType, WakeReason
 from switchboard.db.enums import ACTIVE_RUN_STATUSES
-from switchboard.db.models import AiAgent, AiAgentRun, AiAgentVersion, Contact, Conversation, Message
+from switchboard.db.models import AiAgent, AiAgentRun, AiAgentVersion, Contact, Conversation, DispatchDecision, Message
 from switchboard.db.outbox import enqueue_record
 from switchboard.db.session import async_tenant_transaction
 from switchboard.internal_chats import TEST_CHAT_PREFIX
@@ -64,6 +64,14 @@ class DryRunRequest:
 class DryRunTicket:
     message_id: uuid.UUID
     conversation_id: uuid.UUID
+    dispatch_event_id: uuid.UUID
+
+
+class DryRunRefused(Conflict):
+    """The dispatcher decided not to run the test (the org's monthly budget is spent, the version
+    is gone...): said at once with its decision, instead of waiting out the deadline."""
+
+    code = "dry_run_refused"
 
 
 async def request_dry_run(
@@ -156,17 +164,21 @@ async def request_dry_run(
             dry_run=True,
         )
         await session.run_sync(enqueue_record, Topics.DISPATCH_REQUESTED, record, serde=serde)
-        return DryRunTicket(message_id=message.id, conversation_id=conversation_id)
+        return DryRunTicket(message_id=message.id, conversation_id=conversation_id, dispatch_event_id=record.event_id)
 
 
 async def wait_for_run(
     sessions: async_sessionmaker[AsyncSession], org_id: uuid.UUID, ticket: DryRunTicket, *, timeout_s: float
 ) -> AiAgentRun | None:
-    """The dry run answering the ticket's message once terminal; the run as it is at the deadline otherwise."""
+    """The dry run answering the ticket's message once terminal; the run as it is at the deadline otherwise.
+
+    Raises :class:`DryRunRefused` as soon as the dispatcher's recorded decision about the test is
+    anything but ``dispatched`` (its sink writes ``dispatch_decisions``)."""
     deadline = time.monotonic() + timeout_s
     delay = 0.1
     run: AiAgentRun | None = None
     while True:
+        refusal: DispatchDecision | None = None
         async with sessions() as session, async_tenant_transaction(session, org_id):
             run = await session.scalar(
                 select(AiAgentRun)
@@ -178,6 +190,22 @@ async def wait_for_run(
                 )
                 .order_by(AiAgentRun.created_at.desc())
                 .limit(1)
+            )
+            if run is None:
+                refusal = await session.scalar(
+                    select(DispatchDecision)
+                    .where(
+                        DispatchDecision.org_id == org_id,
+                        DispatchDecision.dispatch_event_id == ticket.dispatch_event_id,
+                        DispatchDecision.outcome != DispatchOutcome.DISPATCHED.value,
+                    )
+                    .limit(1)
+                )
+        if refusal is not None:
+            reason = refusal.details.get("reason") if isinstance(refusal.details, dict) else None
+            raise DryRunRefused(
+                f"The dispatcher did not run the test: {reason or refusal.outcome}",
+                details={"outcome": refusal.outcome, "reason": reason},
             )
         if (run is not None and run.status not in _ACTIVE) or time.monotonic() >= deadline:
             return run

@@ -10,29 +10,43 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import httpx
 import pytest
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import Session
 
+from services.dispatcher.agents import AgentIndex
+from services.dispatcher.policy import apply
+from services.dispatcher.sink import DecisionSink
 from switchboard.contracts import DispatchRequested, RunRequested, Serde, Topics
 from switchboard.db.models import OutboxEvent
+from switchboard.kafka.consumer import Inbound
 from switchboard.tool_catalog import SEARCH_CONTACTS, SEND_WHATSAPP_MESSAGE
 from tests.integration.runner.harness import RunnerHarness, create_agent, inbound, run_request
 from tests.support.api import OrgHandle, create_org
 from tests.support.fake_llm import Reply, tool
 from tests.support.stack import StackEndpoints
+from tests.unit.dispatcher.builders import context
 
 pytestmark = pytest.mark.integration
 
 
 @contextlib.asynccontextmanager
-async def emulated_dispatcher(rh: RunnerHarness, org_id: uuid.UUID) -> AsyncIterator[None]:
+async def emulated_dispatcher(
+    rh: RunnerHarness, org_id: uuid.UUID, *, over_budget: bool = False
+) -> AsyncIterator[None]:
+    """Hands the runner the dry run each test dispatch asks for; ``over_budget``: decides about it
+    with the dispatcher's own policy for an org over its monthly cap, and stores that decision
+    with its own sink, as the real worker does."""
     serde = Serde.from_settings(rh.kafka)
     handled: set[int] = set()
+    engine = create_async_engine(rh.db.url.render_as_string(hide_password=False), pool_size=1)
 
     async def loop() -> None:
         while True:
@@ -49,6 +63,12 @@ async def emulated_dispatcher(rh: RunnerHarness, org_id: uuid.UUID) -> AsyncIter
                     continue
                 assert isinstance(record, DispatchRequested) and record.dry_run and record.message
                 assert record.target_agent_id and record.target_version_id
+                if over_budget:
+                    ctx = context(AgentIndex(), now=datetime.now(UTC), over_budget={org_id: "cost"})
+                    decided = apply(None, record, ctx)
+                    batch = [Inbound(Topics.DISPATCH_DECISIONS, 0, n, None, d) for n, d in enumerate(decided.decisions)]
+                    await DecisionSink(engine).write(batch)
+                    continue
                 await rh.submit(
                     RunRequested(
                         org_id=record.org_id,
@@ -74,6 +94,7 @@ async def emulated_dispatcher(rh: RunnerHarness, org_id: uuid.UUID) -> AsyncIter
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await engine.dispose()
 
 
 def parse_sse(body: str) -> list[tuple[str, dict[str, object]]]:
@@ -169,6 +190,27 @@ async def test_the_trace_is_typed_model_tool_and_guard_entries(
     schemas = (await api.get("/openapi.json")).json()["components"]["schemas"]
     assert schemas["TraceKind"]["enum"] == ["model", "tool", "guard"]
     assert {"kind", "tool_name", "model", "guard", "is_error"} <= set(schemas["RunStep"]["properties"])
+
+
+async def test_a_test_the_dispatcher_refuses_is_answered_at_once_with_its_decision(
+    rh: RunnerHarness, api: httpx.AsyncClient, stack: StackEndpoints
+) -> None:
+    """An org over its monthly cap: the dispatcher records ``budget_exceeded`` for the test; the
+    endpoint says so (409 ``dry_run_refused``) instead of waiting out its deadline for a run."""
+    org = create_org(stack.database_url)
+    agent = create_agent(rh.db, org_id=org.org_id, provider="anthropic", model="claude-haiku-4-5")
+    started = time.monotonic()
+    async with emulated_dispatcher(rh, org.org_id, over_budget=True):
+        refused = await api.post(
+            f"/api/v1/agents/{agent.agent_id}/versions/{agent.version_id}:test",
+            json={"sample_message": "Oi"},
+            headers=org.headers(),
+        )
+    assert refused.status_code == 409, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "dry_run_refused" and error["details"]["outcome"] == "budget_exceeded"
+    assert "monthly cost cap" in error["message"]
+    assert time.monotonic() - started < 20, "answered when the decision was recorded, not at the deadline"
 
 
 async def test_a_sample_phone_that_is_not_e164_is_refused(
