@@ -45,11 +45,14 @@ def make_channel(org: OrgHandle, *, status: str = "working") -> uuid.UUID:
         return channel.id
 
 
-def make_credential(org: OrgHandle, *, provider: str = "anthropic", active: bool = True) -> uuid.UUID:
+def make_credential(
+    org: OrgHandle, *, provider: str = "anthropic", active: bool = True, base_url: str | None = None
+) -> uuid.UUID:
     with tenant_session(org) as session:
         row = AiProviderCredential(
             org_id=org.org_id,
             provider=provider,
+            base_url=base_url,
             label=f"key {uuid.uuid4().hex[:6]}",
             ciphertext=os.urandom(40),
             iv=os.urandom(12),

@@ -51,7 +51,7 @@ from switchboard.db.enums import (
     ConcurrencyPolicy,
     LlmProvider,
 )
-from switchboard.db.models.agents import AiAgent, AiAgentVersion
+from switchboard.db.models.agents import AiAgent, AiAgentVersion, AiProviderCredential
 from switchboard.db.models.memory import STATE_NOTE_TOOL
 from switchboard.db.outbox import enqueue_record
 from switchboard.tool_catalog import is_known_tool
@@ -257,6 +257,18 @@ def _from_pydantic(exc: ValidationError, prefix: list[str]) -> ValidationFailed:
     )
 
 
+def _own_endpoint(provider: str, credential: AiProviderCredential | None) -> bool:
+    """An OpenAI key of this version pointed at its own server (``base_url``: a local model, a
+    proxy): the models it serves are not the catalog's, so their names cannot be checked here."""
+    return (
+        provider == LlmProvider.OPENAI.value
+        and credential is not None
+        and credential.provider == LlmProvider.OPENAI.value
+        and credential.is_active
+        and bool(credential.base_url)
+    )
+
+
 def check_references(
     session: Session,
     org_id: uuid.UUID,
@@ -268,7 +280,12 @@ def check_references(
     """What pydantic cannot know: model and tools are in the catalogs, the credential and channel are this org's."""
     problems: list[dict[str, Any]] = []
     model = repository.catalog_model(session, config.provider.value, config.model)
-    if model is None:
+    credential = (
+        repository.credential(session, org_id, config.credential_id) if config.credential_id is not None else None
+    )
+    if model is None and _own_endpoint(config.provider.value, credential):
+        pass  # a model of the key's own OpenAI-compatible server: any name it serves, no catalog price
+    elif model is None:
         problems.append(
             _problem(
                 [*prefix, "model"],
@@ -281,7 +298,6 @@ def check_references(
             _problem([*prefix, "model"], f"{config.model!r} is deprecated; choose another model", "deprecated_model")
         )
     if config.credential_id is not None:
-        credential = repository.credential(session, org_id, config.credential_id)
         # Another org's credential reads exactly like a missing one: nothing is confirmed.
         if credential is None:
             problems.append(_problem([*prefix, "credential_id"], "No such credential", "unknown_credential"))
@@ -767,15 +783,17 @@ def publish_version(
 def _check_publishable(session: Session, org_id: uuid.UUID, version: AiAgentVersion) -> None:
     """Steps 2-4 of [004 §4.5] (and the model): what the version references must still be usable now."""
     model = repository.catalog_model(session, version.provider, version.model)
-    if model is None or model.deprecated_at is not None:
+    credential = (
+        repository.credential(session, org_id, version.credential_id) if version.credential_id is not None else None
+    )
+    own_endpoint = model is None and _own_endpoint(version.provider, credential)
+    if not own_endpoint and (model is None or model.deprecated_at is not None):
         raise Conflict(
             f"The model {version.model!r} is no longer available; save a version with another model",
             details={"reason": "model_unavailable"},
         )
-    if version.credential_id is not None:
-        credential = repository.credential(session, org_id, version.credential_id)
-        if credential is None or not credential.is_active:
-            raise Conflict("The version's credential is not active", details={"reason": "credential_inactive"})
+    if version.credential_id is not None and (credential is None or not credential.is_active):
+        raise Conflict("The version's credential is not active", details={"reason": "credential_inactive"})
     unknown = [tool for tool in version.tool_ids if not _grantable(tool)]
     if unknown:
         raise Conflict(

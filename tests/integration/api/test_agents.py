@@ -495,6 +495,34 @@ async def test_inactive_credential_is_refused(client: httpx.AsyncClient, org: Or
     assert error_body(response)["details"]["errors"][0]["type"] == "inactive_credential"
 
 
+async def test_a_key_pointed_at_its_own_server_may_name_any_model_it_serves(
+    client: httpx.AsyncClient, org: OrgHandle
+) -> None:
+    """An OpenAI-compatible local server (Ollama, vLLM) or proxy serves models the catalog does not
+    list: with a key whose ``base_url`` points there, the version may name them (and publish);
+    without such a key the catalog still decides."""
+    channel = make_channel(org)
+    local = make_credential(org, provider="openai", base_url="http://localhost:11434/v1")
+    catalog_only = make_credential(org, provider="openai")
+    served = {"provider": "openai", "model": "llama3.1:8b", "credential_id": str(local)}
+    created = await client.post(
+        "/api/v1/agents", json={"name": "local", "version": version_body(channel, **served)}, headers=org.headers()
+    )
+    assert created.status_code == 201, created.text
+    agent, version = created.json()["data"]["agent"], created.json()["data"]["version"]
+    assert version["model"] == "llama3.1:8b"
+    published = await client.post(
+        f"/api/v1/agents/{agent['id']}:publish", json={"version_id": version["id"]}, headers=org.headers()
+    )
+    assert published.status_code == 200, published.text
+    for refused in ({**served, "credential_id": str(catalog_only)}, {"provider": "openai", "model": "llama3.1:8b"}):
+        response = await client.post(
+            "/api/v1/agents", json={"name": "x", "version": version_body(channel, **refused)}, headers=org.headers()
+        )
+        assert response.status_code == 422
+        assert error_body(response)["details"]["errors"][0]["type"] == "unknown_model"
+
+
 async def test_the_handoff_message_is_saved_with_the_version_and_bounded(
     client: httpx.AsyncClient, org: OrgHandle
 ) -> None:
