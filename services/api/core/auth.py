@@ -12,6 +12,7 @@ a session proven with a second factor [004 §7], else 403 ``mfa_required``).
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from services.api.core.database import Database, database
@@ -26,6 +28,24 @@ from services.api.core.errors import Forbidden, MfaRequired, Unauthorized
 from switchboard.db.enums import ApiTokenKind, Role
 from switchboard.db.lookups import ApiTokenIdentity, hash_api_token, lookup_api_token
 from switchboard.db.session import async_set_tenant
+
+# ``api_tokens.last_used_at`` is what tells an admin which tokens are still in use before revoking
+# one; minute precision is enough, so each process writes it at most once a minute per token.
+LAST_USED_PRECISION_S = 60.0
+_TOUCH_TOKEN = text("UPDATE api_tokens SET last_used_at = now() WHERE org_id = :org_id AND id = :token_id")
+_touched: dict[uuid.UUID, float] = {}
+_TOUCHED_MAX = 10_000
+
+
+async def _touch_token(session: AsyncSession, identity: ApiTokenIdentity) -> None:
+    now = time.monotonic()
+    if now - _touched.get(identity.token_id, -LAST_USED_PRECISION_S) < LAST_USED_PRECISION_S:
+        return
+    if len(_touched) >= _TOUCHED_MAX:
+        _touched.clear()  # a bound, not a cache worth keeping: at worst one more write per token
+    _touched[identity.token_id] = now
+    await session.execute(_TOUCH_TOKEN, {"org_id": identity.org_id, "token_id": identity.token_id})
+
 
 bearer_scheme = HTTPBearer(auto_error=False, description="An API or session token: `Authorization: Bearer sbt_...`")
 
@@ -83,6 +103,7 @@ async def request_context(
         if identity is None:
             raise Unauthorized("The token is unknown, expired or revoked")
         await async_set_tenant(session, identity.org_id)
+        await _touch_token(session, identity)
         request.state.org_id = identity.org_id
         yield RequestContext(
             principal=_principal(identity), session=session, request_id=getattr(request.state, "request_id", "")

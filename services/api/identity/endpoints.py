@@ -114,6 +114,21 @@ async def me(ctx: Authenticated) -> Envelope[Me]:
     )
 
 
+@router.post("/auth/logout", status_code=status.HTTP_204_NO_CONTENT, responses=error_responses(Unauthorized))
+async def logout(ctx: Authenticated) -> None:
+    """Revoke the calling token at once (any role, any kind): a person who suspects their session
+    token leaked ends it without an admin; the token is refused from this commit on."""
+    await ctx.session.run_sync(
+        lambda s: service.revoke_api_token(
+            s,
+            org_id=ctx.org_id,
+            token_id=ctx.principal.token_id,
+            actor_user_id=ctx.principal.user_id,
+            request_id=ctx.request_id,
+        )
+    )
+
+
 def _require_user(ctx: Authenticated) -> uuid.UUID:
     if ctx.principal.user_id is None:
         raise Forbidden("Only a user's token can manage that user's second factor")

@@ -102,6 +102,25 @@ async def test_api_tokens_are_shown_once_hashed_and_revocable(client: httpx.Asyn
     assert after.status_code == 401 and after.json()["error"]["code"] == "unauthorized"
 
 
+@pytest.mark.parametrize("role", ["viewer", "manager", "admin"])
+async def test_anyone_can_end_their_own_session_and_it_is_refused_at_once(
+    client: httpx.AsyncClient, org: OrgHandle, role: str
+) -> None:
+    created = await client.post("/api/v1/tokens", json={"name": f"{role} session", "role": role}, headers=org.headers())
+    token = created.json()["data"]
+    caller = {"Authorization": f"Bearer {token['token']}"}
+    assert (await client.get("/api/v1/auth/me", headers=caller)).status_code == 200
+    listed = {t["id"]: t for t in (await client.get("/api/v1/tokens", headers=org.headers())).json()["data"]}
+    assert listed[token["id"]]["last_used_at"] is not None, "an admin sees which tokens are in use"
+    assert (await client.post("/api/v1/auth/logout", headers=caller)).status_code == 204
+    after = await client.get("/api/v1/auth/me", headers=caller)
+    assert after.status_code == 401 and after.json()["error"]["code"] == "unauthorized"
+    assert (await client.post("/api/v1/auth/logout", headers=caller)).status_code == 401
+    listed = {t["id"] for t in (await client.get("/api/v1/tokens", headers=org.headers())).json()["data"]}
+    assert token["id"] not in listed, "a revoked token is no longer listed"
+    assert (await client.get("/api/v1/auth/me", headers=org.headers())).status_code == 200, "other sessions live on"
+
+
 async def test_a_token_cannot_outrank_its_creator(client: httpx.AsyncClient, org: OrgHandle) -> None:
     # Only admins (with MFA) mint tokens, so the cap shows as: an admin may mint admin, and manager may not mint.
     manager = await client.post(
