@@ -82,11 +82,15 @@ def handle_ingest_command(
     if command is None or command.name is not CommandName.TODO:
         return None
     conversation_id = _lock_conversation(session, route, chat_id)
-    if _open_item_exists(session, route.org_id, conversation_id, command.text):
-        return WebhookResult(message_id=None, dispatched=False, duplicate=True, reason=TODO_ADDED)
-    add_todo(session, route.org_id, command.text, source=TodoSource.SLASH_COMMAND, conversation_id=conversation_id)
-    log.info("todo added by slash command", extra={"organization_id": str(route.org_id)})
-    return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason=TODO_ADDED)
+    duplicate = _open_item_exists(session, route.org_id, conversation_id, command.text)
+    if not duplicate:
+        add_todo(session, route.org_id, command.text, source=TodoSource.SLASH_COMMAND, conversation_id=conversation_id)
+        log.info("todo added by slash command", extra={"organization_id": str(route.org_id)})
+    if not from_me:
+        # A customer's request: on the owner's list, and also a message like any other — the chat
+        # history shows what they wrote and the agent answers it (they are not left unanswered).
+        return None
+    return WebhookResult(message_id=None, dispatched=False, duplicate=duplicate, reason=TODO_ADDED)
 
 
 def _request_compaction(

@@ -56,14 +56,14 @@ def state(engine: Engine, channel: Channel) -> dict[str, Any]:
     return {"conversation": conversation, "bodies": bodies, "dispatches": dispatches, "todos": todos}
 
 
-async def test_todo_adds_an_item_and_is_neither_stored_nor_dispatched(
+async def test_the_owners_todo_adds_an_item_and_is_neither_stored_nor_dispatched(
     client: httpx.AsyncClient, org: OrgHandle, engine: Engine
 ) -> None:
     channel = await connect_channel(client, org)
     hello = await deliver(client, encode(message_event(channel, chat=CHAT, body="Oi!")), channel.secret)
     assert hello.json()["data"]["dispatched"] is True
 
-    todo = encode(message_event(channel, chat=CHAT, body="/todo  ligar para a Ana amanhã"))
+    todo = encode(message_event(channel, chat=CHAT, body="/todo  ligar para a Ana amanhã", from_me=True))
     first = await deliver(client, todo, channel.secret)
     again = await deliver(client, todo, channel.secret)  # WAHA redelivers
 
@@ -80,16 +80,21 @@ async def test_todo_adds_an_item_and_is_neither_stored_nor_dispatched(
     assert seen["todos"] == [("ligar para a Ana amanhã", "slash_command", seen["conversation"], "open")]
 
 
-async def test_the_owner_can_add_a_todo_from_the_business_phone(
+async def test_a_customers_todo_reaches_the_owners_list_and_is_answered_like_any_message(
     client: httpx.AsyncClient, org: OrgHandle, engine: Engine
 ) -> None:
+    """The customer's request lands on the owner's to-do list (with its conversation), and the
+    message is stored and dispatched too: the chat shows it and the agent answers it."""
     channel = await connect_channel(client, org)
     await deliver(client, encode(message_event(channel, chat=CHAT, body="Oi!")), channel.secret)
-    sent = await deliver(
-        client, encode(message_event(channel, chat=CHAT, body="/todo send the quote", from_me=True)), channel.secret
-    )
-    assert sent.json()["data"]["reason"] == "slash_todo"
-    assert [t[0] for t in state(engine, channel)["todos"]] == ["send the quote"]
+    todo = encode(message_event(channel, chat=CHAT, body="/todo me liguem amanhã"))
+    first = await deliver(client, todo, channel.secret)
+    again = await deliver(client, todo, channel.secret)  # WAHA redelivers: one item, one message
+    assert first.json()["data"]["dispatched"] is True, first.text
+    assert again.json()["data"]["duplicate"] is True
+    seen = state(engine, channel)
+    assert seen["bodies"] == ["Oi!", "/todo me liguem amanhã"] and seen["dispatches"] == 2
+    assert seen["todos"] == [("me liguem amanhã", "slash_command", seen["conversation"], "open")]
 
 
 @pytest.mark.parametrize("body", ["/todo", "/goal grow sales --budget abc", "/unknown thing", "/plan the week"])
