@@ -496,7 +496,7 @@ class RunExecutor:
             channel_session_id=request.channel_session_id,
             tools=frozenset(granted),
             dry_run=request.dry_run,
-            expires_at=int(time.time()) + self._settings.mcp_token_ttl_s,
+            expires_at=int(time.time()) + self._token_ttl_s(subject),
         )
         return McpToolBox(
             url=self._settings.mcp_url,
@@ -505,6 +505,14 @@ class RunExecutor:
             catalog=self._deps.tool_catalog,
             timeout_s=self._settings.tool_call_timeout_s,
         )
+
+    def _token_ttl_s(self, subject: RunSubject) -> int:
+        """The run token outlives the longest the run can last: every step a model call and a tool
+        call at their timeouts (``RUNNER_MCP_TOKEN_TTL_S`` is the floor). A token that expired
+        mid-run would fail its tool calls, and a failing tool server hands the run off."""
+        settings = self._settings
+        per_step = settings.model_call_timeout_s * settings.provider_max_attempts + settings.tool_call_timeout_s
+        return max(settings.mcp_token_ttl_s, int(subject.version.max_steps * per_step) + 300)
 
     @staticmethod
     def _failed(code: str, message: str) -> LoopOutcome:

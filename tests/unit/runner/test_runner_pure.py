@@ -297,3 +297,21 @@ def test_run_token_round_trip_and_refusals() -> None:
     tampered = token.replace(token.split(".")[0][-4:], "AAAA")
     with pytest.raises(RunTokenError):
         verify_run_token(secret, tampered)
+
+
+@pytest.mark.parametrize("max_steps", [1, 10, 60])
+def test_a_run_token_outlives_the_longest_run_its_version_allows(max_steps: int) -> None:
+    """Every step at its timeouts (each model call retried to the limit, then a tool call): a
+    token that expired mid-run would fail the tool calls and hand the conversation off."""
+    from types import SimpleNamespace
+
+    from services.runner.execution import RunExecutor
+    from services.runner.settings import RunnerSettings
+
+    settings = RunnerSettings()
+    executor = SimpleNamespace(_settings=settings)
+    ttl = RunExecutor._token_ttl_s(executor, SimpleNamespace(version=SimpleNamespace(max_steps=max_steps)))  # type: ignore[arg-type]
+    longest = max_steps * (
+        settings.model_call_timeout_s * settings.provider_max_attempts + settings.tool_call_timeout_s
+    )
+    assert ttl >= longest and ttl >= settings.mcp_token_ttl_s
