@@ -210,15 +210,18 @@ def close_decision(
     user_id: uuid.UUID | None,
     request_id: str,
 ) -> ActionView:
-    """The decision's aftermath, in the same transaction: Home item actioned, audit, resume, promotion."""
-    actioned = session.scalars(
+    """The decision's aftermath, in the same transaction: Home item closed (``actioned`` when
+    approved, ``dismissed`` when rejected, so the insights API tells them apart), audit, resume,
+    promotion."""
+    status = InsightStatus.ACTIONED if approved else InsightStatus.DISMISSED
+    closed = session.scalars(
         update(WorkspaceInsight)
         .where(WorkspaceInsight.org_id == org_id, WorkspaceInsight.agent_decision_id == claimed.id)
-        .values(status=InsightStatus.ACTIONED.value, status_changed_at=func.now(), status_changed_by=user_id)
+        .values(status=status.value, status_changed_at=func.now(), status_changed_by=user_id)
         .returning(WorkspaceInsight)
     ).all()
-    for insight in actioned:
-        _announce_actioned(session, serde, insight, claimed, request_id)
+    for insight in closed:
+        _announce_closed(session, serde, insight, status, claimed, request_id)
     record_audit(
         session,
         org_id=org_id,
@@ -237,8 +240,13 @@ def close_decision(
     return ActionView.model_validate(row)
 
 
-def _announce_actioned(
-    session: Session, serde: Serde, insight: WorkspaceInsight, claimed: Claimed, request_id: str
+def _announce_closed(
+    session: Session,
+    serde: Serde,
+    insight: WorkspaceInsight,
+    status: InsightStatus,
+    claimed: Claimed,
+    request_id: str,
 ) -> None:
     """The Home item's new status on ``insights``: the brief drops the card from the to-do list and
     the notifier delivers what an approved send queued (at most once) — nobody polls for either."""
@@ -250,7 +258,7 @@ def _announce_actioned(
 
     record = status_record(
         insight,
-        InsightStatus.ACTIONED.value,
+        status.value,
         request_id,
         agent_id=_uuid("agent_id"),
         conversation_id=_uuid("conversation_id"),

@@ -284,6 +284,9 @@ async def test_pause_parks_the_run_and_the_decision_resumes_it(
 
     answer = await api.post(f"/api/v1/decisions/{decision_id}:{decision}", headers=org.headers())
     assert answer.status_code == 200, answer.text
+    # The Home card closes either way, and says which: approved is actioned, rejected dismissed.
+    card = _rows(rh, org.org_id, "SELECT status FROM workspace_insights WHERE agent_decision_id = :d", d=decision_id)
+    assert [c["status"] for c in card] == ["actioned" if decision == "approve" else "dismissed"]
     await _wait_status(rh, request, "aborted")  # no longer parked
     wake = _wakes(rh, agent)
     assert len(wake) == 1 and wake[0].wake_context.run_id == request.run_id
