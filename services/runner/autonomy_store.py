@@ -23,6 +23,7 @@ from services.runner.subject import RunSubject
 from switchboard.autonomy import AutonomySettings, InsightNote, load_settings, publish_insight
 from switchboard.contracts import Action, RunRequested, Serde
 from switchboard.contracts.enums import InsightKind
+from switchboard.db.daily_brief import org_today
 from switchboard.db.enums import AWAITING_APPROVAL, AutonomyMode, DecisionStatus
 from switchboard.db.models import AiAgentRun, AiAgentVersion
 from switchboard.db.models.autonomy import AgentDecision
@@ -142,6 +143,9 @@ class AutonomyStore:
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             if not await _insert_decision(session, request, action, proposed, AutonomyMode.PROPOSE):
                 return  # a redelivered run: recorded already
+            # The org's own day, as every Home fact: a UTC date put an evening proposal of a
+            # São Paulo org on tomorrow's Home, and its approval left today's card in place.
+            day = await session.run_sync(lambda s: org_today(s, request.org_id))
             note = InsightNote(
                 org_id=request.org_id,
                 key=f"decision:{action.action_id}",
@@ -149,7 +153,7 @@ class AutonomyStore:
                 area=action.area,
                 title=title,
                 body=action.summary,
-                day=datetime.now(UTC).date(),
+                day=day,
                 decision_id=action.action_id,
                 proposed_action=action,
                 run_id=request.run_id,

@@ -8,7 +8,9 @@ import asyncio
 import json
 import time
 import uuid
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -85,6 +87,19 @@ async def _propose(rh: RunnerHarness, agent: Agent, body: str) -> tuple[RunReque
     decisions = _rows(rh, agent.org_id, "SELECT id, status FROM agent_decisions WHERE run_id = :r", r=request.run_id)
     assert [d["status"] for d in decisions] == ["proposed"]
     return request, decisions[0]["id"]
+
+
+@pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "Pacific/Pago_Pago"])  # UTC+14 and UTC-11
+async def test_a_proposal_is_a_fact_of_the_orgs_own_day(rh: RunnerHarness, org: OrgHandle, zone: str) -> None:
+    """Every Home fact is dated in the org's time zone: a UTC date put an evening proposal of a
+    UTC-negative org on tomorrow's Home (and its approval left today's card in place)."""
+    _rows_exec(rh, org.org_id, "UPDATE organizations SET time_zone = :z WHERE id = :o", z=zone, o=org.org_id)
+    agent = _agent(rh, org, SEND_WHATSAPP_MESSAGE)
+    _, decision_id = await _propose(rh, agent, "Your booking is confirmed.")
+    card = _rows(
+        rh, org.org_id, "SELECT insight_date FROM workspace_insights WHERE agent_decision_id = :d", d=decision_id
+    )
+    assert [c["insight_date"] for c in card] == [datetime.now(ZoneInfo(zone)).date()]
 
 
 async def test_off_and_kill_switches_hide_write_tools(
