@@ -105,11 +105,15 @@ class Promotion:
 
 @dataclass(frozen=True, slots=True)
 class RunTotals:
-    """The day's runs counted by the database: how many, how many replied, what they cost."""
+    """The day's runs counted by the database: how many, how many replied, what they cost.
+
+    ``replies`` leaves out the replies the channel refused (their delivery ``failed``), which
+    ``undelivered`` counts: the owner must not read "5 replies" when two never reached anyone."""
 
     runs: int
     replies: int
     spend_micros: int
+    undelivered: int = 0
 
 
 @dataclass(frozen=True)
@@ -212,14 +216,16 @@ def totals(inputs: DayInputs) -> RunTotals:
 def pulse(inputs: DayInputs) -> dict[str, Any]:
     counted = totals(inputs)
     runs, replies, spend = counted.runs, counted.replies, counted.spend_micros
+    undelivered = f" ({counted.undelivered} not delivered)" if counted.undelivered else ""
     text = (
-        f"{_count(runs, 'run')} · {_count(replies, 'reply')} · {_count(inputs.handoffs, 'handoff')} · "
+        f"{_count(runs, 'run')} · {_count(replies, 'reply')}{undelivered} · {_count(inputs.handoffs, 'handoff')} · "
         f"spend {money(spend)} (yesterday {money(inputs.spend_yesterday_micros)})"
     )
     return {
         "text": text,
         "runs": runs,
         "replies": replies,
+        "undelivered": counted.undelivered,
         "handoffs": inputs.handoffs,
         "spend_micros": spend,
         "spend_yesterday_micros": inputs.spend_yesterday_micros,

@@ -95,13 +95,25 @@ def _facts(session: Session, org_id: uuid.UUID, day: date, kind: BriefFactKind) 
     )
 
 
+# A reply whose delivery the channel refused (``run_deliveries`` kind reply, status failed) is
+# counted apart; sending, sent and unknown (may have reached the customer) count as replies.
 _RUN_TOTALS = text(
     """
     SELECT count(*) AS runs,
-           count(*) FILTER (WHERE (f.payload ->> 'replied')::boolean) AS replies,
-           coalesce(sum((f.payload ->> 'cost_micros')::bigint), 0) AS spend
-    FROM brief_facts AS f
-    WHERE f.org_id = :org_id AND f.day = :day AND f.kind = :kind
+           count(*) FILTER (WHERE t.replied AND NOT t.failed) AS replies,
+           count(*) FILTER (WHERE t.replied AND t.failed) AS undelivered,
+           coalesce(sum(t.cost), 0) AS spend
+    FROM (
+        SELECT (f.payload ->> 'replied')::boolean AS replied,
+               (f.payload ->> 'cost_micros')::bigint AS cost,
+               EXISTS (
+                   SELECT 1 FROM run_deliveries AS d
+                   WHERE d.org_id = f.org_id AND d.run_id = (f.payload ->> 'run_id')::uuid
+                     AND d.kind = 'reply' AND d.status = 'failed'
+               ) AS failed
+        FROM brief_facts AS f
+        WHERE f.org_id = :org_id AND f.day = :day AND f.kind = :kind
+    ) AS t
     """
 ).bindparams(bindparam("org_id", type_=PG_UUID(as_uuid=True)))
 _RUNS_WITH_ACTIONS = text(
@@ -215,7 +227,9 @@ def _run_totals(session: Session, org_id: uuid.UUID, day: date) -> RunTotals:
     """Runs, replies and spend of the day, counted in SQL: a busy day has thousands of run facts, and
     parsing them all on every batch made the digest cost grow with the day (docs/brief.md)."""
     row = session.execute(_RUN_TOTALS, {"org_id": org_id, "day": day, "kind": BriefFactKind.RUN.value}).one()
-    return RunTotals(runs=int(row.runs), replies=int(row.replies), spend_micros=int(row.spend))
+    return RunTotals(
+        runs=int(row.runs), replies=int(row.replies), spend_micros=int(row.spend), undelivered=int(row.undelivered)
+    )
 
 
 def _runs_with_actions(session: Session, org_id: uuid.UUID, day: date) -> list[dict[str, Any]]:

@@ -14,9 +14,10 @@ from services.api.autonomy.service import decide_promotion
 from switchboard.contracts import Insight, Serde, Topics
 from switchboard.contracts.enums import RunStatus
 from switchboard.contracts.records import Action
-from switchboard.db.models import OutboxEvent
+from switchboard.db.models import AiAgentRun, Message, OutboxEvent
 from switchboard.db.models.autonomy import AgentDecision, WorkspaceDailyBrief, WorkspaceHomePrefs
 from switchboard.db.models.brief import BriefFact, WorkspaceTodo
+from switchboard.db.models.notifications import RunDelivery
 from switchboard.db.todos import add_todo
 from switchboard.kafka.producer import RecordProducer
 from switchboard.settings import KafkaSettings
@@ -76,6 +77,7 @@ def _expected(scene: Scene, todo_id: uuid.UUID, proposal: Action, cold_insight_i
             "text": "3 runs · 2 replies · 1 handoff · spend $0.18 (yesterday $0.07)",
             "runs": 3,
             "replies": 2,
+            "undelivered": 0,
             "handoffs": 1,
             "spend_micros": 180_000,
             "spend_yesterday_micros": 70_000,
@@ -249,3 +251,57 @@ async def test_a_dismissed_promote_suggestion_leaves_the_home_for_good(
         await producer.send(Topics.RUN_COMPLETED, run_completed(scene, _utc(20, 14), cost=10_000))
         await wait_for(lambda: (stored_digest(scene, DAY) or {}).get("pulse", {}).get("runs") == 2, what="run two")
     assert promote_cards() == []
+
+
+async def test_a_reply_the_channel_refused_is_counted_as_not_delivered(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
+) -> None:
+    """``completed`` alone never claims the reply reached the customer: a reply whose delivery
+    failed is "not delivered" in the pulse, not one more reply."""
+    scene = make_scene(stack.database_url, time_zone=TZ)
+    serde = Serde.from_settings(topics)
+    refused = run_completed(scene, _utc(20, 12), cost=10_000)
+    with tenant_session(scene.org) as session:
+        session.add(
+            AiAgentRun(
+                id=refused.run_id,
+                org_id=scene.org_id,
+                agent_id=scene.agent_id,
+                agent_version_id=scene.version_id,
+                conversation_id=scene.conversation_id,
+                status="completed",
+            )
+        )
+        session.flush()
+        message = Message(
+            org_id=scene.org_id,
+            conversation_id=scene.conversation_id,
+            channel_session_id=scene.channel_session_id,
+            direction="outbound",
+            sender="agent",
+            body="See you at 10!",
+            run_id=refused.run_id,
+        )
+        session.add(message)
+        session.flush()
+        session.add(
+            RunDelivery(
+                org_id=scene.org_id,
+                run_id=refused.run_id,
+                message_id=message.id,
+                kind="reply",
+                channel="waha",
+                status="failed",
+                error_code="http_400",
+            )
+        )
+    async with (
+        running_brief(stack.database_url, topics, group_id),
+        RecordProducer(topics, service="test", serde=serde) as producer,
+    ):
+        await producer.send(Topics.RUN_COMPLETED, refused)
+        await producer.send(Topics.RUN_COMPLETED, run_completed(scene, _utc(20, 13), cost=10_000))
+        await wait_for(lambda: (stored_digest(scene, DAY) or {}).get("pulse", {}).get("runs") == 2, what="both runs")
+    pulse = (stored_digest(scene, DAY) or {})["pulse"]
+    assert (pulse["replies"], pulse["undelivered"]) == (1, 1)
+    assert pulse["text"].startswith("2 runs · 1 reply (1 not delivered) · ")

@@ -92,6 +92,7 @@ def test_a_known_day_composes_to_the_expected_document() -> None:
         "text": "3 runs · 2 replies · 1 handoff · spend $0.25 (yesterday $0.30)",
         "runs": 3,
         "replies": 2,
+        "undelivered": 0,
         "handoffs": 1,
         "spend_micros": 250_000,
         "spend_yesterday_micros": 300_000,
@@ -218,3 +219,12 @@ def test_the_internal_tools_read_as_business_actions_on_the_home() -> None:
 
 def test_every_autonomy_gated_tool_has_home_wording() -> None:
     assert set(CATALOG.actions) == set(WRITE_TOOL_AREAS), "a new gated tool needs its label in digest.yaml"
+
+
+def test_replies_the_channel_refused_are_not_counted_as_replies() -> None:
+    inputs = DayInputs(
+        day=DAY, time_zone="UTC", runs=[], totals=RunTotals(runs=5, replies=3, spend_micros=0, undelivered=2)
+    )
+    pulse = compose(inputs, CATALOG)["pulse"]
+    assert pulse["replies"] == 3 and pulse["undelivered"] == 2
+    assert pulse["text"].startswith("5 runs · 3 replies (2 not delivered) · 0 handoffs")
