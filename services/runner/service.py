@@ -36,6 +36,7 @@ from services.runner.state import StateNotePreload, StateStore, with_state
 from services.runner.steering import SteeringListener
 from services.runner.store import RunStore
 from services.runner.summary import ThreadSummarizer
+from services.runner.sweep import StaleRunSweeper
 from services.runner.tools import ToolCatalog
 from services.runner.turns import TurnPlanner
 from services.runner.usage_fold import UsageFolder
@@ -172,6 +173,12 @@ class Runner:
             asyncio.create_task(heartbeater.run(background_stop), name="heartbeats"),
             asyncio.create_task(
                 UsageFolder(engine, interval_s=settings.usage_fold_s).run(background_stop), name="usage-fold"
+            ),
+            asyncio.create_task(
+                StaleRunSweeper(
+                    store, interval_s=settings.stale_sweep_interval_s, older_than_s=settings.stale_sweep_after_s
+                ).run(background_stop),
+                name="stale-run-sweep",
             ),
         ]
         consumer_task = asyncio.create_task(self._consumer.run(stop), name="run-requested")

@@ -38,6 +38,10 @@ class RunnerSettings(ServiceSettings):
     claim_wait_s: float = Field(default=60.0, ge=0, le=3600)
     # Another runner's active run counts as dead when its heartbeat is older than this.
     stale_run_after_s: float = Field(default=60.0, gt=0)
+    # The sweep of runs whose runner died (services/runner/sweep.py): how often, and how old a
+    # heartbeat must be (far beyond a live run's RUNNER_HEARTBEAT_S and the dispatcher's lease).
+    stale_sweep_interval_s: float = Field(default=60.0, gt=0)
+    stale_sweep_after_s: float = Field(default=600.0, ge=60)
 
     model_call_timeout_s: float = Field(default=120.0, gt=0, le=900)
     tool_call_timeout_s: float = Field(default=30.0, gt=0, le=600)

@@ -414,6 +414,19 @@ class RunStore:
         ).one_or_none()
         return None if row is None else (row.id, row.heartbeat_at)
 
+    async def stale_runs(self, *, older_than_s: float, limit: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
+        """(org id, run id) of active rows whose heartbeat is older than ``older_than_s``, any org."""
+        async with self._sessions() as session, session.begin():
+            rows = await session.execute(
+                text("SELECT org_id, run_id FROM list_stale_runs(:s, :l)"), {"s": int(older_than_s), "l": limit}
+            )
+            return [(row.org_id, row.run_id) for row in rows]
+
+    async def close_stale(self, org_id: uuid.UUID, run_id: uuid.UUID) -> None:
+        """Close a run whose runner is gone (the sweep: no attempt came to do it), counting its usage."""
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            await self._close_lost(session, org_id, run_id)
+
     async def _close_lost(self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID) -> None:
         """Close a run whose runner is gone, and put what it spent up to its last recorded step in
         the usage ledger: the provider charged it, and that runner will never finish the run."""

@@ -41,6 +41,8 @@ LOOKUP_FUNCTIONS: tuple[str, ...] = (
     "list_orgs_missing_digest",
     # The notifier's sweep of notifications a crashed notifier left pending (revision 0022).
     "list_pending_notifications",
+    # The runners' sweep of runs whose runner died (revision 0028).
+    "list_stale_runs",
 )
 
 

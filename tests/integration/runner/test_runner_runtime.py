@@ -8,15 +8,18 @@ import json
 import logging
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy.orm import Session
 
-from switchboard.contracts import RunCompleted, Topics
+from services.runner.store import RunStore
+from services.runner.sweep import StaleRunSweeper
+from switchboard.contracts import RunCompleted, Serde, Topics
 from switchboard.db.models import AiAgentRun, Contact, Conversation
-from switchboard.db.session import tenant_transaction
+from switchboard.db.session import create_async_engine, create_async_sessionmaker, tenant_transaction
 from switchboard.observability.logging import JsonFormatter
 from switchboard.settings import KafkaSettings
 from switchboard.tool_catalog import SEARCH_CONTACTS
@@ -352,3 +355,51 @@ async def test_every_step_is_a_structured_log_line_without_the_conversation(
     assert {r.__dict__["version_id"] for r in steps} == {str(agent.version_id)}
     formatter = JsonFormatter("runner")
     assert not [r for r in steps if secret_words in formatter.format(r)]
+
+
+async def test_the_sweep_closes_runs_whose_runner_died_and_counts_their_usage(rh: RunnerHarness) -> None:
+    """The last attempt of a run, and a dry run, whose runner died: no attempt comes to close
+    them, so the runners' sweep does — as lost, usage counted — and leaves live runs alone."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    now = datetime.now(UTC)
+    old = now - timedelta(minutes=20)
+    rows = {
+        "last_attempt": dict(status="running", heartbeat_at=old, tokens_in=500, tokens_out=50, cost_micros=900),
+        "dry_run": dict(status="running", heartbeat_at=old, is_dry_run=True),
+        "never_beat": dict(status="running", heartbeat_at=None, created_at=old),
+        "alive": dict(status="running", heartbeat_at=now),
+    }
+    ids = {name: uuid.uuid4() for name in rows}
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        for name, values in rows.items():
+            session.add(
+                AiAgentRun(
+                    id=ids[name],
+                    org_id=agent.org_id,
+                    agent_id=agent.agent_id,
+                    agent_version_id=agent.version_id,
+                    conversation_id=agent.conversation_id if name == "last_attempt" else None,
+                    **values,
+                )
+            )
+    engine = create_async_engine(rh.db.url.render_as_string(hide_password=False), pool_size=2)
+    try:
+        store = RunStore(create_async_sessionmaker(engine), Serde.from_settings(rh.kafka), runner_id="sweep-test")
+        sweeper = StaleRunSweeper(store, interval_s=60, older_than_s=600)
+        assert await sweeper.sweep_once() >= 3  # other tests' dead rows may be closed too
+    finally:
+        await engine.dispose()
+    status = {
+        name: rh.scalar(
+            agent.org_id, "SELECT status || '/' || coalesce(error_code, '') FROM ai_agent_runs WHERE id = :r", r=i
+        )
+        for name, i in ids.items()
+    }
+    assert status == {
+        "last_attempt": "failed/process_lost",
+        "dry_run": "failed/process_lost",
+        "never_beat": "failed/process_lost",
+        "alive": "running/",
+    }
+    usage = rh.usage(agent.org_id)
+    assert usage is not None and (usage.input_tokens, usage.output_tokens, usage.cost_micros) == (500, 50, 900)
