@@ -26,8 +26,9 @@ LOOKUP_FUNCTIONS: tuple[str, ...] = (
     "lookup_api_token",
     "lookup_user_memberships",
     "lookup_channel_session",
-    # The per-session webhook URL (revision 0027).
+    # The per-session webhook URL (revision 0027), and a name's uniqueness per WAHA server (0029).
     "lookup_channel_session_by_id",
+    "session_name_taken",
     "list_organization_ids",
     "list_due_followups",
     # The dispatcher's cross-org questions (revision 0008).
@@ -142,6 +143,15 @@ def lookup_channel_session_by_id(
     if row is None:
         return None
     return ChannelSessionRoute(row.channel_session_id, row.org_id, row.status), row.external_session
+
+
+def lookup_session_name_on_server(db: Session | Connection, provider: str, base_url: str, name: str) -> bool:
+    """Whether any org's session has ``name`` on the WAHA server ``base_url`` ('' for the platform's)."""
+    return bool(
+        db.execute(
+            text("SELECT session_name_taken(:p, :b, :n)"), {"p": provider, "b": base_url, "n": name}
+        ).scalar_one()
+    )
 
 
 def list_organization_ids(db: Session | Connection) -> list[uuid.UUID]:

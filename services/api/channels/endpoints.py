@@ -18,6 +18,7 @@ from services.api.channels.schemas import (
 )
 from services.api.core.auth import AdminWrite, Manager
 from services.api.core.errors import (
+    Conflict,
     Forbidden,
     MfaRequired,
     NotFound,
@@ -67,7 +68,7 @@ def _created(issued: service.IssuedSecret) -> ChannelSessionCreated:
     "/channel-sessions",
     response_model=Envelope[ChannelSessionCreated],
     status_code=status.HTTP_201_CREATED,
-    responses=error_responses(Unauthorized, Forbidden, MfaRequired, ValidationFailed),
+    responses=error_responses(Unauthorized, Forbidden, MfaRequired, Conflict, ValidationFailed),
 )
 async def create_channel_session(
     body: CreateChannelSession, ctx: AdminWrite, request: Request
@@ -124,7 +125,7 @@ async def get_channel_session(session_id: uuid.UUID, ctx: Manager) -> Envelope[C
 @router.patch(
     "/channel-sessions/{session_id}",
     response_model=Envelope[ChannelSessionView],
-    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, ValidationFailed),
+    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, Conflict, ValidationFailed),
 )
 async def update_channel_session(
     session_id: uuid.UUID, body: UpdateChannelSession, ctx: AdminWrite, request: Request

@@ -22,11 +22,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.api.channels import repository
-from services.api.core.errors import NotFound
+from services.api.core.errors import Conflict, NotFound
 from switchboard.crypto import KeyRing, Sealed
 from switchboard.db.audit import record_audit
 from switchboard.db.enums import ChannelProvider
-from switchboard.db.lookups import lookup_channel_session
+from switchboard.db.lookups import lookup_channel_session, lookup_session_name_on_server
 from switchboard.db.models.channels import ChannelSession
 from switchboard.rotation import channel_session_aad
 
@@ -111,6 +111,22 @@ def open_api_key(keyring: KeyRing, row: ChannelSession) -> str | None:
     return None if opened is None else opened.decode()
 
 
+def _name_taken_on_server(session: Session, provider: str, base_url: str | None, name: str) -> bool:
+    """Whether a session of any org has this name on this WAHA server (NULL: the platform's).
+
+    Replies go out by name on the session's server, so a second session of that name there
+    would send through the first one's WhatsApp number. Read under the owner lookup rules:
+    the answer is a yes or a no, never whose session it is."""
+    return lookup_session_name_on_server(session, provider, base_url or "", name)
+
+
+def _name_taken() -> Conflict:
+    return Conflict(
+        "A channel session with this name already exists on this WAHA server",
+        details={"field": "external_session"},
+    )
+
+
 def create_session(
     session: Session,
     keyring: KeyRing,
@@ -142,11 +158,16 @@ def create_session(
     _seal_into(row, "webhook_secret", keyring, secret)
     row.webhook_secret_rotated_at = datetime.now(UTC)
     _seal_into(row, "api_key", keyring, api_key)
+    if _name_taken_on_server(session, provider, base_url, external_session):
+        raise _name_taken()
     try:
         with session.begin_nested():
             session.add(row)
             session.flush()
-    except IntegrityError:  # a concurrent create took the name first: this one is routed by its URL only
+    except IntegrityError as exc:
+        if _name_taken_on_server(session, provider, base_url, external_session):
+            raise _name_taken() from exc  # a concurrent create on the same server won the race
+        # A concurrent create took the name elsewhere first: this one is routed by its URL only.
         row.routes_by_name = False
         with session.begin_nested():
             session.add(row)
@@ -217,6 +238,10 @@ def update_session(
     if row is None:
         raise NotFound("No such channel session")
     audited: dict[str, object] = {}
+    if "base_url" in changes and (changes["base_url"] or None) != row.base_url:
+        moved_to = str(changes["base_url"] or "")
+        if lookup_session_name_on_server(session, row.provider, moved_to, row.external_session):
+            raise _name_taken()  # another session has this name on that server
     for name in ("label", "phone_number", "base_url"):
         if name in changes:
             setattr(row, name, changes[name])

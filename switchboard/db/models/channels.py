@@ -45,6 +45,15 @@ class ChannelSession(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         CheckConstraint(f"phone_number IS NULL OR phone_number ~ '{_E164}'", name="phone_e164"),
         # The name-routed webhook URL names the session: among the sessions it routes, the
         # pair leads to exactly one org (revision 0027; the per-session URL needs no name).
+        # Replies go out by name on the session's WAHA server (NULL: the platform's): a name is
+        # unique per server, or two orgs would send through one number (revision 0029).
+        Index(
+            "uq_channel_sessions_server_name",
+            "provider",
+            text("coalesce(base_url, '')"),
+            "external_session",
+            unique=True,
+        ),
         Index(
             "uq_channel_sessions_routing_name",
             "provider",

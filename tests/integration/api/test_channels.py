@@ -167,21 +167,48 @@ async def test_patch_changes_only_what_is_sent_and_can_clear_the_api_key(
 async def test_businesses_on_waha_core_share_the_session_name_default(
     client: httpx.AsyncClient, make_org: Callable[..., OrgHandle]
 ) -> None:
-    """WAHA Core has one session, always ``default``: every business on it gets its own webhook
-    URL, and only the first also routes by name (the name-routed URL cannot tell them apart)."""
+    """WAHA Core has one session, always ``default``, on each business's own server: every one
+    connects, with its own webhook URL, and only the first also routes by name (the name-routed
+    URL cannot tell them apart). On one server a name is one session: replies go out by name, so a
+    second one there would send through the first one's number (409, whoever holds it)."""
     name = f"default-{uuid.uuid4().hex[:8]}"  # other tests share the platform: a name of this test's own
     org_a, org_b = make_org(name="A"), make_org(name="B")
+    own = {"external_session": name}
     first = await client.post(
-        "/api/v1/channel-sessions", json=new_session_body(external_session=name), headers=org_a.headers()
+        "/api/v1/channel-sessions",
+        json=new_session_body(**own, base_url="http://waha-a.internal:3000"),
+        headers=org_a.headers(),
     )
     second = await client.post(
-        "/api/v1/channel-sessions", json=new_session_body(external_session=name), headers=org_b.headers()
+        "/api/v1/channel-sessions",
+        json=new_session_body(**own, base_url="http://waha-b.internal:3000"),
+        headers=org_b.headers(),
     )
     assert (first.status_code, second.status_code) == (201, 201), second.text
     a, b = first.json()["data"], second.json()["data"]
     assert a["webhook"]["name_routed_path"] == "/api/v1/webhooks/waha"
     assert b["webhook"]["name_routed_path"] is None and b["webhook"]["path"] == f"/api/v1/webhooks/waha/{b['id']}"
     assert str(org_a.org_id) not in second.text
+
+    for org in (org_a, org_b):  # A's server, by create or by moving there: the name is taken
+        taken = await client.post(
+            "/api/v1/channel-sessions",
+            json=new_session_body(**own, base_url="http://waha-a.internal:3000"),
+            headers=org.headers(),
+        )
+        assert taken.status_code == 409 and taken.json()["error"]["code"] == "conflict", taken.text
+        assert str(org_a.org_id) not in taken.text and a["id"] not in taken.text
+    moved = await client.patch(
+        f"/api/v1/channel-sessions/{b['id']}", json={"base_url": "http://waha-a.internal:3000"}, headers=org_b.headers()
+    )
+    assert moved.status_code == 409, moved.text
+    shared = [
+        await client.post(
+            "/api/v1/channel-sessions", json={**new_session_body(**own), "base_url": None}, headers=o.headers()
+        )
+        for o in (org_a, org_b)
+    ]
+    assert [r.status_code for r in shared] == [201, 409], "the platform's shared WAHA is one server too"
 
 
 async def test_another_orgs_session_is_not_found(client: httpx.AsyncClient, make_org: Callable[..., OrgHandle]) -> None:

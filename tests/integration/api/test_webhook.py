@@ -41,11 +41,13 @@ class Channel:
     secret: str
 
 
-async def connect_channel(client: httpx.AsyncClient, org: OrgHandle, name: str | None = None) -> Channel:
+async def connect_channel(
+    client: httpx.AsyncClient, org: OrgHandle, name: str | None = None, base_url: str | None = None
+) -> Channel:
     name = name or f"sess-{uuid.uuid4().hex[:12]}"
     created = await client.post(
         "/api/v1/channel-sessions",
-        json={"label": "Main line", "external_session": name, "phone_number": "+5511900000000"},
+        json={"label": "Main line", "external_session": name, "phone_number": "+5511900000000", "base_url": base_url},
         headers=org.headers(),
     )
     assert created.status_code == 201, created.text
@@ -425,7 +427,8 @@ async def test_sessions_sharing_a_name_are_each_reached_by_their_own_url(
     another session's delivery is refused (422 ``session_mismatch``), an unknown one is a 401."""
     name = f"default-{uuid.uuid4().hex[:8]}"
     org_a, org_b = make_org(name="A"), make_org(name="B")
-    channel_a, channel_b = await connect_channel(client, org_a, name), await connect_channel(client, org_b, name)
+    channel_a = await connect_channel(client, org_a, name, base_url="http://waha-a.internal:3000")
+    channel_b = await connect_channel(client, org_b, name, base_url="http://waha-b.internal:3000")
     event_a, event_b = message_event(channel_a), message_event(channel_b)
 
     to_a = await deliver(client, encode(event_a), channel_a.secret, session_id=channel_a.id)
