@@ -484,8 +484,8 @@ def _try_start(state: ConversationState, ctx: Context, t: Transition, *, choice:
         _defer(state, ctx, t, choice, retry_at, "organization rate limit reached for this window", "org")
         return
     # One run answers what its agent may answer: a wake aimed at another agent waits for its own run.
-    answered = [item for item in state.pending if _answerable_by(item.dispatch, choice.agent_id)]
-    later = [item for item in state.pending if not _answerable_by(item.dispatch, choice.agent_id)]
+    answered = [item for item in state.pending if _answerable_by(item.dispatch, choice.agent_id, ctx)]
+    later = [item for item in state.pending if not _answerable_by(item.dispatch, choice.agent_id, ctx)]
     dispatches = [item.dispatch for item in answered]
     first = dispatches[0]
     parent = state.continues_run_id
@@ -527,9 +527,17 @@ def _try_start(state: ConversationState, ctx: Context, t: Transition, *, choice:
         )
 
 
-def _answerable_by(dispatch: DispatchRequested, agent_id: uuid.UUID) -> bool:
-    """Whether a run of ``agent_id`` answers ``dispatch``: any dispatch not aimed at another agent."""
-    return dispatch.target_agent_id is None or dispatch.target_agent_id == agent_id
+def _answerable_by(dispatch: DispatchRequested, agent_id: uuid.UUID, ctx: Context) -> bool:
+    """Whether a run of ``agent_id`` answers ``dispatch``: a wake aimed at it; or a dispatch aimed
+    at no one that selection gives to it, or to no agent at all any more (its agent was paused
+    meanwhile: the run answering the conversation takes it). Never an agent that excluded itself
+    (a classification re-dispatch), and never another agent's wake or pick."""
+    if dispatch.target_agent_id is not None:
+        return dispatch.target_agent_id == agent_id
+    if agent_id in dispatch.excluded_agent_ids:
+        return False
+    chosen = select(ctx.index, dispatch).choice
+    return chosen is None or chosen.agent_id == agent_id
 
 
 def _defer(

@@ -603,7 +603,9 @@ def test_wakes_aimed_at_other_agents_wait_and_each_gets_its_own_run(policy: Conc
     assert runs(last) == [] and conv.state is not None and conv.state.pending == []
 
 
-def test_a_customer_message_queued_with_another_agents_wake_is_answered_by_the_next_run() -> None:
+def test_a_customer_message_queued_with_another_agents_wake_waits_for_its_own_agent() -> None:
+    """A run answers what selection gives its agent: another agent's wake does not take the
+    customer's message along (that agent's trigger may not even accept it)."""
     chosen, other = snapshot(1, priority=10), snapshot(2)
     conv = Conv(index_of(chosen, other))
     (run,) = runs(conv.send(dispatch("oi")))
@@ -611,9 +613,29 @@ def test_a_customer_message_queued_with_another_agents_wake_is_answered_by_the_n
     message = dispatch("ainda aí?")
     conv.send(aimed, at=T0 + timedelta(seconds=1))
     conv.send(message, at=T0 + timedelta(seconds=2))
+    (wake_run,) = runs(conv.send(completed(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=5)))
+    assert wake_run.agent_id == other.agent_id and wake_run.dispatch_ids == (aimed.event_id,)
+    done = conv.send(completed(wake_run.run_id, other.agent_id, other.version_id), at=T0 + timedelta(seconds=9))
+    (answer,) = runs(done)
+    assert answer.agent_id == chosen.agent_id and answer.dispatch_ids == (message.event_id,)
+
+
+def test_a_message_whose_agent_excluded_itself_is_never_folded_into_that_agents_run() -> None:
+    """A classification re-dispatch excludes the agent that refused the messages: a run of that
+    agent, started for another pending message, must not take it back (it would refuse it again,
+    and the same re-dispatch would be dropped as already seen)."""
+    first, second = snapshot(1, priority=10), snapshot(2)
+    conv = Conv(index_of(first, second))
+    (run,) = runs(conv.send(dispatch("oi")))
+    refused = dispatch("quero um orçamento").model_copy(update={"excluded_agent_ids": (first.agent_id,)})
+    later = dispatch("e o prazo?")
+    conv.send(refused, at=T0 + timedelta(seconds=1))
+    conv.send(later, at=T0 + timedelta(seconds=2))
     (follow_up,) = runs(conv.send(completed(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=5)))
-    assert follow_up.agent_id == other.agent_id
-    assert follow_up.dispatch_ids == (aimed.event_id, message.event_id), "an untargeted message joins any run"
+    assert follow_up.agent_id == second.agent_id and follow_up.dispatch_ids == (refused.event_id,)
+    done = conv.send(completed(follow_up.run_id, second.agent_id, second.version_id), at=T0 + timedelta(seconds=9))
+    (last,) = runs(done)
+    assert last.agent_id == first.agent_id and last.dispatch_ids == (later.event_id,)
 
 
 def test_a_named_version_of_a_paused_or_archived_agent_runs_no_more_unless_dry() -> None:
