@@ -405,7 +405,7 @@ def _store_message(
     """The message's writes: a command handled at ingest, an echo matched, or the message stored (and dispatched)."""
     from_me = message.from_me
     if not chat_id.endswith("@g.us"):
-        # /todo and /compact are handled here, before dispatch: never stored as a message nor sent to the agent.
+        # The owner's /todo and /compact are handled here, before dispatch: never stored nor sent to the agent.
         handled = slash.handle_ingest_command(
             session,
             route=route,
@@ -469,6 +469,8 @@ def _store_message(
     if not ingested.stored:
         existing = repository.message_id_by_external(session, org_id, channel_session_id, message.id)
         return WebhookResult(message_id=existing, dispatched=False, duplicate=True, reason="duplicate")
+    if not from_me and not is_group:
+        slash.add_customer_todo(session, org_id, ingested.conversation_id, message.body)
 
     reason = None
     if from_me and not (not is_group and is_run_command(message.body)):

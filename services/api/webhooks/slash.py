@@ -1,11 +1,12 @@
 """Slash commands handled at ingest, before dispatch [002 "I comandi slash"]: ``/todo``, ``/compact``.
 
-A ``/todo`` message is never stored as a message nor sent to the agent: it adds
-an item to the owner's to-do list (the Home digest) with the conversation it was
-written in, and the delivery answers ``reason: slash_todo``. It works in
-one-to-one chats from either side (the owner writing from the business phone,
-or anyone writing to it — the item names the conversation, so the owner sees
-who asked). Group chats are left alone.
+The owner's ``/todo`` (from the business phone) is never stored as a message nor
+sent to the agent: it adds an item to the owner's to-do list (the Home digest) with
+the conversation it was written in, and the delivery answers ``reason: slash_todo``.
+A customer's ``/todo`` adds the same item — the item names the conversation, so the
+owner sees who asked — and is also stored and dispatched like any message, so the
+chat shows it and the agent answers it (``add_customer_todo``, after the message is
+stored). Group chats are left alone.
 
 Idempotency without a stored message: a repeated delivery of the same
 ``/todo`` finds the same *open* item in the same conversation and adds nothing
@@ -79,18 +80,32 @@ def handle_ingest_command(
         if not from_me or serde is None:
             return None  # a customer's /compact is plain text: only the business starts (billed) summarization
         return _request_compaction(session, route, chat_id, serde=serde, external_id=external_id)
-    if command is None or command.name is not CommandName.TODO:
+    if command is None or command.name is not CommandName.TODO or not from_me:
+        # A customer's /todo is a message like any other (stored, answered); its item is added
+        # once the message is stored (``add_customer_todo``), with the conversation it created.
         return None
     conversation_id = _lock_conversation(session, route, chat_id)
-    duplicate = _open_item_exists(session, route.org_id, conversation_id, command.text)
-    if not duplicate:
-        add_todo(session, route.org_id, command.text, source=TodoSource.SLASH_COMMAND, conversation_id=conversation_id)
-        log.info("todo added by slash command", extra={"organization_id": str(route.org_id)})
-    if not from_me:
-        # A customer's request: on the owner's list, and also a message like any other — the chat
-        # history shows what they wrote and the agent answers it (they are not left unanswered).
-        return None
-    return WebhookResult(message_id=None, dispatched=False, duplicate=duplicate, reason=TODO_ADDED)
+    if _open_item_exists(session, route.org_id, conversation_id, command.text):
+        return WebhookResult(message_id=None, dispatched=False, duplicate=True, reason=TODO_ADDED)
+    add_todo(session, route.org_id, command.text, source=TodoSource.SLASH_COMMAND, conversation_id=conversation_id)
+    log.info("todo added by slash command", extra={"organization_id": str(route.org_id)})
+    return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason=TODO_ADDED)
+
+
+def add_customer_todo(session: Session, org_id: uuid.UUID, conversation_id: uuid.UUID, text: str | None) -> None:
+    """A customer's well-formed ``/todo``, just stored as a new message: the owner's to-do item,
+    linked to the conversation. Called once per stored message, so a redelivery adds nothing."""
+    if not text or not text.lstrip().startswith("/"):
+        return
+    try:
+        command = parse(text)
+    except ParseError:
+        return  # written wrongly: the run answers what is wrong
+    if command is None or command.name is not CommandName.TODO:
+        return
+    if not _open_item_exists(session, org_id, conversation_id, command.text):
+        add_todo(session, org_id, command.text, source=TodoSource.SLASH_COMMAND, conversation_id=conversation_id)
+        log.info("todo added by a customer's slash command", extra={"organization_id": str(org_id)})
 
 
 def _request_compaction(

@@ -104,10 +104,11 @@ async def test_one_batch_answers_each_delivery_as_if_it_came_alone(
         delivery(channel_a, unknown),
         delivery(channel_a, later),
     ]
-    # A /todo (an ORM insert) in the org visited first: it must be written under that org's
-    # tenant, before the batch moves on to the other org.
+    # The owner's /todo (an ORM insert) in the org visited first: it must be written under that
+    # org's tenant, before the batch moves on to the other org.
     early = min((channel_a, channel_b), key=lambda c: str(c.org.org_id))
-    batch.append(delivery(early, message_event(early, chat=chat(), body="/todo ligar para o fornecedor")))
+    owners_todo = message_event(early, chat=chat(), body="/todo ligar para o fornecedor", from_me=True)
+    batch.append(delivery(early, owners_todo))
     with app_session.begin():
         outcomes = service.handle_deliveries(
             app_session,
