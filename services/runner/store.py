@@ -425,9 +425,18 @@ class RunStore:
     async def close_stale(self, org_id: uuid.UUID, run_id: uuid.UUID) -> None:
         """Close a run whose runner is gone (the sweep: no attempt came to do it), counting its usage."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            await self._close_lost(session, org_id, run_id)
+            await self._close_lost(
+                session, org_id, run_id, reason="the runner holding this run stopped heartbeating; closed by the sweep"
+            )
 
-    async def _close_lost(self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID) -> None:
+    async def _close_lost(
+        self,
+        session: AsyncSession,
+        org_id: uuid.UUID,
+        run_id: uuid.UUID,
+        *,
+        reason: str = "the runner holding this run stopped heartbeating; a new attempt took over",
+    ) -> None:
         """Close a run whose runner is gone, and put what it spent up to its last recorded step in
         the usage ledger: the provider charged it, and that runner will never finish the run."""
         now = datetime.now(UTC)
@@ -440,7 +449,7 @@ class RunStore:
                     vitality="dead",
                     error_family="processLost",
                     error_code=LOST_ERROR_CODE,
-                    error_message="the runner holding this run stopped heartbeating; a new attempt took over",
+                    error_message=reason,
                     completed_at=now,
                 )
                 .returning(AiAgentRun.agent_id, AiAgentRun.tokens_in, AiAgentRun.tokens_out, AiAgentRun.cost_micros)
@@ -797,7 +806,9 @@ async def _add_uncounted_usage(
     """A run that finished after it was closed: its usage, less what the closing put in the ledger.
 
     A row closed as lost (``_close_lost``) counted the usage it held, which is frozen from then on
-    (``append_trace`` updates it only while the run is active); any other closing counted nothing."""
+    (``append_trace`` updates it only while the run is active); any other closing counted nothing.
+    Known gap: a finish retried after its own commit succeeded but its answer was lost (the
+    connection dropped after COMMIT) finds its row closed by itself and counts the run again."""
     row = (
         await session.execute(
             select(AiAgentRun.error_code, AiAgentRun.tokens_in, AiAgentRun.tokens_out, AiAgentRun.cost_micros).where(

@@ -49,13 +49,17 @@ class StaleRunSweeper:
         """One pass; returns the runs closed (0 after a failure, logged: the next pass retries)."""
         closed = 0
         try:
-            for org_id, run_id in await self._store.stale_runs(older_than_s=self._older_than_s, limit=SWEEP_BATCH):
-                await self._store.close_stale(org_id, run_id)
-                closed += 1
-                log.warning(
-                    "stale run closed as lost: its runner stopped heartbeating",
-                    extra={"organization_id": str(org_id), "run_id": str(run_id)},
-                )
+            stale = await self._store.stale_runs(older_than_s=self._older_than_s, limit=SWEEP_BATCH)
         except Exception:
             log.error("stale run sweep failed; retrying at the next interval", exc_info=True)
+            return 0
+        for org_id, run_id in stale:
+            labels = {"organization_id": str(org_id), "run_id": str(run_id)}
+            try:
+                await self._store.close_stale(org_id, run_id)
+            except Exception:  # one row that fails must not hold back the others, pass after pass
+                log.error("closing a stale run failed; the next pass retries it", extra=labels, exc_info=True)
+                continue
+            closed += 1
+            log.warning("stale run closed as lost: its runner stopped heartbeating", extra=labels)
         return closed
