@@ -37,14 +37,19 @@ _touched: dict[uuid.UUID, float] = {}
 _TOUCHED_MAX = 10_000
 
 
-async def _touch_token(session: AsyncSession, identity: ApiTokenIdentity) -> None:
-    now = time.monotonic()
-    if now - _touched.get(identity.token_id, -LAST_USED_PRECISION_S) < LAST_USED_PRECISION_S:
-        return
+def _touch_due(identity: ApiTokenIdentity) -> bool:
+    return time.monotonic() - _touched.get(identity.token_id, -LAST_USED_PRECISION_S) >= LAST_USED_PRECISION_S
+
+
+async def _touch_token(db: Database, identity: ApiTokenIdentity) -> None:
+    """``last_used_at`` in a transaction of its own, after the request's committed: the token's
+    row is never locked for the length of a request."""
+    async with db.sessions() as session, session.begin():
+        await async_set_tenant(session, identity.org_id)
+        await session.execute(_TOUCH_TOKEN, {"org_id": identity.org_id, "token_id": identity.token_id})
     if len(_touched) >= _TOUCHED_MAX:
         _touched.clear()  # a bound, not a cache worth keeping: at worst one more write per token
-    _touched[identity.token_id] = now
-    await session.execute(_TOUCH_TOKEN, {"org_id": identity.org_id, "token_id": identity.token_id})
+    _touched[identity.token_id] = time.monotonic()
 
 
 bearer_scheme = HTTPBearer(auto_error=False, description="An API or session token: `Authorization: Bearer sbt_...`")
@@ -103,11 +108,12 @@ async def request_context(
         if identity is None:
             raise Unauthorized("The token is unknown, expired or revoked")
         await async_set_tenant(session, identity.org_id)
-        await _touch_token(session, identity)
         request.state.org_id = identity.org_id
         yield RequestContext(
             principal=_principal(identity), session=session, request_id=getattr(request.state, "request_id", "")
         )
+    if _touch_due(identity):
+        await _touch_token(db, identity)
 
 
 def require(minimum: Role, *, mfa: bool = False) -> Callable[..., Awaitable[RequestContext]]:
