@@ -102,8 +102,9 @@ def bootstrap_organization(
     """Create an org, its first admin user and an admin automation token: (org_id, user_id, token).
 
     The token is marked MFA-verified: whoever runs this controls the deployment's
-    database credentials, a stronger proof than a TOTP code. It is shown once; revoke
-    it with ``DELETE /api/v1/tokens/{id}`` or ``switchboard admin revoke-token``.
+    database credentials, a stronger proof than a TOTP code. It is shown once and never
+    expires; its holder ends it with ``POST /api/v1/auth/logout``, any admin with
+    ``DELETE /api/v1/tokens/{id}`` (docs/security.md, "The bootstrap token").
     """
     org_id = uuid.uuid4()
     set_tenant(session, org_id)
