@@ -197,6 +197,7 @@ class Dispatcher:
             await self.ticker.tick()
         except Exception:
             log.error("sending ticks failed; retrying at the next interval", exc_info=True)
+        self.processor.expire_watch(utc_now())
 
     def _on_rebalanced(self) -> None:
         self._rebuild_due = True

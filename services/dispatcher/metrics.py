@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
@@ -102,12 +103,35 @@ class NoMatchWatch:
         window = self._seen.get(org_id)
         return self._misses.get(org_id, 0) / len(window) if window else 0.0
 
+    def expire(self, now: datetime) -> None:
+        """Let dispatches older than the window leave it for every org, recorded or not (the
+        dispatcher's timer, every tick): an org that went quiet must not stay alerting, and an
+        org with nothing left in the window is forgotten (its gauges removed)."""
+        horizon = now - timedelta(seconds=self.window_s)
+        for org_id, window in list(self._seen.items()):
+            if not window or window[0][0] >= horizon:
+                continue
+            misses = self._misses.get(org_id, 0)
+            while window and window[0][0] < horizon:
+                misses -= window.popleft()[1]
+            self._misses[org_id] = misses
+            self._touched.add(org_id)
+        self.publish()
+
     def publish(self) -> None:
         """Set the gauges of the orgs recorded since the last call (once per batch, not per event)."""
         for org_id in self._touched:
             label = str(org_id)
+            window = self._seen.get(org_id)
+            if not window:
+                self._seen.pop(org_id, None)
+                self._misses.pop(org_id, None)
+                self._warned_at.pop(org_id, None)
+                for gauge in (NO_MATCH_RATE, NO_MATCH_ALERT):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(label)
+                continue
             rate = self.rate(org_id)
-            window = self._seen.get(org_id) or ()
             NO_MATCH_RATE.labels(label).set(rate)
             alerting = len(window) >= self.min_dispatches and rate > self.threshold
             NO_MATCH_ALERT.labels(label).set(1 if alerting else 0)

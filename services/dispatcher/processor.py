@@ -357,6 +357,10 @@ class BatchProcessor:
             await asyncio.gather(*waiting)
             metrics.BATCH_SECONDS.labels("outputs_ack").observe(time.perf_counter() - started)
 
+    def expire_watch(self, now: datetime) -> None:
+        """The no-match window moves on with time, not only with batches (the timer calls this)."""
+        self._no_match.expire(now)
+
     async def drain(self) -> None:
         """Wait for every output sent so far (before a graceful stop)."""
         await self._settle_outputs()

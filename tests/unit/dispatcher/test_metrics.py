@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -41,3 +42,21 @@ def test_old_dispatches_leave_the_window_and_few_dispatches_never_alert() -> Non
     lonely.record(ORG, DispatchOutcome.NO_MATCH, T0)
     lonely.publish()
     assert lonely.rate(ORG) == 1.0
+
+
+def test_an_org_that_went_quiet_stops_alerting_when_its_window_empties() -> None:
+    """The window moves with time (the timer's ``expire``), not only with the org's own traffic:
+    an alert raised by a burst of misses drops once they are older than the window, and an org
+    with nothing left in it is forgotten (its gauges removed, not left at 1)."""
+    org = uuid.uuid4()
+    watch = NoMatchWatch(window_s=60, threshold=0.30, min_dispatches=10)
+    for i in range(10):
+        watch.record(org, DispatchOutcome.NO_MATCH, T0 + timedelta(seconds=i))
+    watch.publish()
+    assert NO_MATCH_ALERT.labels(str(org))._value.get() == 1
+    watch.expire(T0 + timedelta(seconds=30))  # still inside the window: unchanged
+    assert NO_MATCH_ALERT.labels(str(org))._value.get() == 1
+    watch.expire(T0 + timedelta(seconds=120))
+    samples = {(s.name, s.labels.get("org")) for m in NO_MATCH_ALERT.collect() for s in m.samples}
+    assert not any(label == str(org) for _, label in samples), "a quiet org's gauge is removed"
+    assert watch.rate(org) == 0.0
