@@ -39,7 +39,9 @@ clean: ## stop everything and delete local data (var/)
 demo: up ## the five services and scripted customer conversations; runs until `make down`
 	@$(PY) -m scripts.demo
 
-test: venv ## run the whole test suite against a real broker and database
+test: venv ## run the whole test suite against a real broker and database (stops a running demo first)
+	@# A running demo shares the stack's database: its relay and workers would act on the tests' rows.
+	@bash $(STACK) stop-demo
 	@bash $(STACK) up
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -5,6 +5,7 @@
 #   stack.sh down     stop both; nothing is left listening
 #   stack.sh status   one line per component
 #   stack.sh clean    down, then delete all local data (var/)
+#   stack.sh stop-demo  stop the processes `make demo` left running (`make test` does, first)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SWITCHBOARD="${SWITCHBOARD_BIN:-$REPO_ROOT/.venv/bin/switchboard}"
@@ -77,5 +78,6 @@ clean() {
 
 case "${1:-}" in
   up|down|status|clean) "$1" ;;
-  *) die "usage: stack.sh up|down|status|clean" ;;
+  stop-demo) stop_demo ;;
+  *) die "usage: stack.sh up|down|status|clean|stop-demo" ;;
 esac
