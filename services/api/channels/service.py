@@ -111,16 +111,10 @@ def open_api_key(keyring: KeyRing, row: ChannelSession) -> str | None:
     return None if opened is None else opened.decode()
 
 
-def _name_taken_on_server(session: Session, provider: str, base_url: str | None, name: str) -> bool:
-    """Whether a session of any org has this name on this WAHA server (NULL: the platform's).
-
-    Replies go out by name on the session's server, so a second session of that name there
-    would send through the first one's WhatsApp number. Read under the owner lookup rules:
-    the answer is a yes or a no, never whose session it is."""
-    return lookup_session_name_on_server(session, provider, base_url or "", name)
-
-
 def _name_taken() -> Conflict:
+    """Replies go out by name on the session's WAHA server (``base_url``, '' for the platform's),
+    so a second session of that name there would send through the first one's number. Whose
+    session holds it is never said."""
     return Conflict(
         "A channel session with this name already exists on this WAHA server",
         details={"field": "external_session"},
@@ -158,14 +152,14 @@ def create_session(
     _seal_into(row, "webhook_secret", keyring, secret)
     row.webhook_secret_rotated_at = datetime.now(UTC)
     _seal_into(row, "api_key", keyring, api_key)
-    if _name_taken_on_server(session, provider, base_url, external_session):
+    if lookup_session_name_on_server(session, provider, base_url or "", external_session):
         raise _name_taken()
     try:
         with session.begin_nested():
             session.add(row)
             session.flush()
     except IntegrityError as exc:
-        if _name_taken_on_server(session, provider, base_url, external_session):
+        if lookup_session_name_on_server(session, provider, base_url or "", external_session):
             raise _name_taken() from exc  # a concurrent create on the same server won the race
         # A concurrent create took the name elsewhere first: this one is routed by its URL only.
         row.routes_by_name = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +17,7 @@ from services.runner.budget import (
     admit_step,
     estimate_tokens,
 )
+from services.runner.execution import RunExecutor
 from services.runner.handoff import DEFAULT_HANDOFF_KEYWORDS, match_handoff_keyword
 from services.runner.outcome import HandoffRequest, LoopOutcome, OutcomeKind, RunFailure, classify
 from services.runner.providers.base import (
@@ -32,6 +34,7 @@ from services.runner.providers.base import (
     kind_for_status,
 )
 from services.runner.providers.demo import LABEL, demo_reply
+from services.runner.settings import RunnerSettings
 from services.runner.subject import VersionConfig
 from switchboard.contracts.enums import ErrorFamily, HandoffTrigger, RunStatus, Urgency, Vitality
 from switchboard.run_tokens import RunTokenClaims, RunTokenError, mint_run_token, verify_run_token
@@ -303,11 +306,6 @@ def test_run_token_round_trip_and_refusals() -> None:
 def test_a_run_token_outlives_the_longest_run_its_version_allows(max_steps: int) -> None:
     """Every step at its timeouts (each model call retried to the limit, then a tool call): a
     token that expired mid-run would fail the tool calls and hand the conversation off."""
-    from types import SimpleNamespace
-
-    from services.runner.execution import RunExecutor
-    from services.runner.settings import RunnerSettings
-
     settings = RunnerSettings()
     executor = SimpleNamespace(_settings=settings)
     ttl = RunExecutor._token_ttl_s(executor, SimpleNamespace(version=SimpleNamespace(max_steps=max_steps)))  # type: ignore[arg-type]
