@@ -6,6 +6,8 @@
     switchboard migrate [--revision REV] [--downgrade]  apply database migrations (owner role)
     switchboard topics create [--wait SECONDS]          create every registered topic (idempotent)
     switchboard topics list                              show the registry and what the broker has
+    switchboard dead-letters list [--topic T] [--code C] what failed, one JSON object per line
+    switchboard dead-letters replay POSITION... | --all  send fixed records back to their topic (JSON report)
     switchboard admin bootstrap --org NAME --email EMAIL create an org, its admin and an admin token (JSON)
     switchboard admin new-key --id ID                    print a new entry for SWITCHBOARD_ENCRYPTION_KEYS
     switchboard admin rotate-keys [--dry-run]            re-encrypt every stored secret under the primary key (JSON)
@@ -23,6 +25,8 @@ import json
 import sys
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 SERVICES = ("api", "dispatcher", "runner", "notifier", "brief")
 
@@ -79,6 +83,36 @@ def _topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dead_letters(args: argparse.Namespace) -> int:
+    """List the dead-letter topic, or replay letters once their cause is fixed (docs/consumers.md)."""
+    from switchboard.kafka import dead_letter_admin as letters
+    from switchboard.settings import KafkaSettings
+
+    settings = KafkaSettings()
+    try:
+        chosen = letters.positions(getattr(args, "positions", None) or ())
+    except ValueError as exc:
+        print(json.dumps({"error": "bad_position", "message": str(exc)}), file=sys.stderr)
+        return 2
+    if args.letters_command == "replay" and not chosen and not args.all:
+        print(json.dumps({"error": "nothing_chosen", "message": "name POSITIONs or pass --all"}), file=sys.stderr)
+        return 2
+    selection = letters.LetterFilter(
+        topic=args.topic, error_code=args.code, service=args.service, since=args.since, positions=chosen
+    )
+    listing = asyncio.run(letters.read_dead_letters(settings, selection, limit=getattr(args, "limit", None)))
+    if args.letters_command == "list":
+        for stored in listing.letters:
+            print(json.dumps(letters.describe(stored, settings, with_record=args.show_record)))
+        for position in listing.unreadable:
+            print(json.dumps({"position": str(position), "error_code": "unreadable_dead_letter"}))
+        return 0
+    missing = chosen - {stored.position for stored in listing.letters}
+    report = asyncio.run(letters.replay(settings, listing.letters, dry_run=args.dry_run))
+    print(json.dumps(report.as_dict() | {"not_found": sorted(str(p) for p in missing)}))
+    return 1 if missing else 0
+
+
 def _rotate_keys(args: argparse.Namespace) -> int:
     """Re-seal secrets under the primary key of SWITCHBOARD_ENCRYPTION_KEYS; exit 1 if any failed."""
     from switchboard.crypto import KeyRing
@@ -129,6 +163,30 @@ def _admin(args: argparse.Namespace) -> int:
     return 0
 
 
+def _instant(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _add_dead_letter_parser(sub: Any) -> None:
+    letters = sub.add_parser("dead-letters", help="inspect and replay the dead-letter topic")
+    letters_sub = letters.add_subparsers(dest="letters_command", required=True)
+    listing = letters_sub.add_parser("list", help="print matching letters, one JSON object per line")
+    replay = letters_sub.add_parser("replay", help="send matching letters' records back to their topics")
+    for command in (listing, replay):
+        command.add_argument("--topic", help="original topic (logical name, or with the prefix)")
+        command.add_argument("--code", help="only this error code")
+        command.add_argument("--service", help="only letters from this service")
+        command.add_argument(
+            "--since", type=_instant, help="only letters that failed at or after (ISO 8601; UTC without an offset)"
+        )
+    listing.add_argument("--limit", type=int, help="at most this many letters")
+    listing.add_argument("--show-record", action="store_true", help="include the decoded record (customer content)")
+    replay.add_argument("positions", nargs="*", help="PARTITION:OFFSET of letters, as listed")
+    replay.add_argument("--all", action="store_true", help="every letter the filters match")
+    replay.add_argument("--dry-run", action="store_true", help="say what would be replayed, send nothing")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchboard", description="Run and operate Switchboard.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -144,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     create = topics_sub.add_parser("create", help="create every registered topic that is missing")
     create.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the broker")
     topics_sub.add_parser("list", help="list registered topics and their state on the broker")
+    _add_dead_letter_parser(sub)
     admin_parser = sub.add_parser("admin", help="operator tasks")
     admin_sub = admin_parser.add_subparsers(dest="admin_command", required=True)
     bootstrap = admin_sub.add_parser("bootstrap", help="create an organization with its first admin")
@@ -175,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _migrate(args)
     if args.command == "admin":
         return _admin(args)
+    if args.command == "dead-letters":
+        return _dead_letters(args)
     return _topics(args)
 
 

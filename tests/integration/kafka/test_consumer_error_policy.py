@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from switchboard.contracts import DeadLetter, RunStarted, Serde, Topics
-from switchboard.kafka.consumer import ErrorPolicy, Inbound, RecordConsumer
-from switchboard.kafka.dead_letter import DeadLetterPublisher
+from switchboard.kafka.consumer import Inbound
 from switchboard.kafka.errors import PermanentRecordError
 from switchboard.kafka.producer import RecordProducer
 from switchboard.settings import KafkaSettings
+from tests.support.consumers import FAST_RETRIES, consume_run_started_until
 from tests.support.samples import realistic_records
 
 pytestmark = pytest.mark.integration
 
-FAST_RETRIES = ErrorPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)
 
 
 def _run_started() -> RunStarted:
@@ -46,35 +44,6 @@ async def _dead_letters(settings: KafkaSettings, expected: int, timeout_s: float
     finally:
         await consumer.stop()
     return letters
-
-
-async def _consume_until(
-    settings: KafkaSettings,
-    group_id: str,
-    handler: Callable[[Inbound], Awaitable[None]],
-    done: Callable[[], bool],
-    policy: ErrorPolicy = FAST_RETRIES,
-) -> None:
-    async with RecordProducer(settings, service="test-consumer") as dlq_producer:
-        consumer = RecordConsumer(
-            service="test-consumer",
-            kafka=settings,
-            topics=[Topics.RUN_STARTED],
-            group_id=group_id,
-            handler=handler,
-            policy=policy,
-            dead_letters=DeadLetterPublisher(dlq_producer, service="test-consumer", consumer_group=group_id),
-        )
-        stop = asyncio.Event()
-        task = asyncio.create_task(consumer.run(stop))
-        try:
-            for _ in range(300):
-                if done() or task.done():
-                    break
-                await asyncio.sleep(0.1)
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 30)
 
 
 async def test_undecodable_and_failing_records_are_dead_lettered_and_the_next_is_processed(
@@ -105,7 +74,7 @@ async def test_undecodable_and_failing_records_are_dead_lettered_and_the_next_is
             raise RuntimeError("database said no")
         handled.append(record.event_id)
 
-    await _consume_until(topics, group_id, handler, done=lambda: good.event_id in handled)
+    await consume_run_started_until(topics, group_id, handler, done=lambda: good.event_id in handled)
 
     assert handled == [good.event_id]
     assert attempts[poison.event_id] == FAST_RETRIES.max_attempts, "retried per policy before dead-lettering"
@@ -135,7 +104,7 @@ async def test_permanent_errors_skip_retries_and_offsets_are_committed(topics: K
         calls += 1
         raise PermanentRecordError("unknown_org", "organization does not exist")
 
-    await _consume_until(topics, group_id, handler, done=lambda: calls >= 1)
+    await consume_run_started_until(topics, group_id, handler, done=lambda: calls >= 1)
     letters = await _dead_letters(topics, 1)
     assert calls == 1
     assert [(letter.error_code, letter.attempts) for letter in letters] == [("unknown_org", 1)]
@@ -149,7 +118,7 @@ async def test_permanent_errors_skip_retries_and_offsets_are_committed(topics: K
     marker = _run_started()
     async with RecordProducer(topics, service="test") as producer:
         await producer.send(Topics.RUN_STARTED, marker)
-    await _consume_until(topics, group_id, second_handler, done=lambda: len(seen_again) >= 1)
+    await consume_run_started_until(topics, group_id, second_handler, done=lambda: len(seen_again) >= 1)
     assert [inbound.value.event_id for inbound in seen_again] == [marker.event_id]
 
 
@@ -167,6 +136,6 @@ async def test_a_handler_that_recovers_is_not_dead_lettered(topics: KafkaSetting
             raise ConnectionError("transient")
         done.set()
 
-    await _consume_until(topics, group_id, handler, done=done.is_set)
+    await consume_run_started_until(topics, group_id, handler, done=done.is_set)
     assert calls == 2
     assert await _dead_letters(topics, 1, timeout_s=2) == []
