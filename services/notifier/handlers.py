@@ -6,6 +6,8 @@
   Any other run (dry, handoff, failed, aborted) sends nothing; its queued intents are
   marked failed so nothing lingers as "pending" — except a handoff's acknowledgement (the
   version's ``handoff_message``), sent once like a reply.
+  A failed or aborted run that leaves customer messages unanswered is announced on the org's
+  webhook as ``conversation.unanswered`` (``unanswered.py``).
 - ``handoff_triggered`` (not dry): assign the conversation to humans and notify the org's
   outgoing webhook (in the background: ``notifications.py``).
 - ``human_messages``: a person answered from Switchboard after a handoff: claim, send and
@@ -23,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from services.notifier import unanswered
 from services.notifier.channels import ChannelError, ChannelRegistry, Destination, SendResult
 from services.notifier.channels.webhook import WebhookChannel
 from services.notifier.metrics import MESSAGES_DELIVERED, NOTIFICATIONS, SEND_ATTEMPTS
@@ -100,8 +103,19 @@ class NotifierHandlers:
                 # The version's handoff message (the runner set it as the text): sent once, like a reply.
                 claims = await self._store.claim_reply(completed)
                 await self._send_claimed(completed.org_id, completed.run_id, claims, where)
+            elif unanswered.left_unanswered(completed):
+                await self._notify_unanswered(completed, where)
             return
         await self._send_claimed(completed.org_id, completed.run_id, await self._store.claim_run(completed), where)
+
+    async def _notify_unanswered(self, completed: RunCompleted, where: dict[str, str]) -> None:
+        """A failed or aborted run left its customer waiting: tell the humans, once per run."""
+        notification = await self._store.claim_notification(
+            completed.org_id, unanswered.dedupe_key(completed), unanswered.EVENT_TYPE, unanswered.payload(completed)
+        )
+        log.warning("customer left unanswered", extra={**where, "status": completed.status.value})
+        if notification is not None:
+            self.notifications.submit(completed.org_id, notification)
 
     async def on_human_message(self, requested: HumanMessageRequested) -> None:
         """A person answered from Switchboard after a handoff: send it once, like a reply."""

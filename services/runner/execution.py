@@ -55,6 +55,8 @@ from services.runner.metrics import (
 )
 from services.runner.outcome import (
     ALREADY_ANSWERED,
+    RUNNER_SHUTDOWN,
+    SUPERSEDED,
     HandoffRequest,
     LoopOutcome,
     OutcomeKind,
@@ -632,7 +634,7 @@ class RunExecutor:
             trace_tail=entries,
             prompt=prompt,
         )
-        code = "superseded" if handle.superseded else "runner_shutdown"
+        code = SUPERSEDED if handle.superseded else RUNNER_SHUTDOWN
         try:
             await self._deps.store.hand_back(subject, finish, error_code=code)
         except Exception as exc:

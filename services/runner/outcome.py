@@ -38,6 +38,10 @@ class OutcomeKind(StrEnum):
     FAILED = "failed"
     HANDED_BACK = "handed_back"
 
+# Error codes of a run handed back to the dispatcher, which recovers it (``run_completed.error_code``).
+RUNNER_SHUTDOWN = "runner_shutdown"
+SUPERSEDED = "superseded"
+
 
 # A recovery attempt whose messages an earlier attempt already answered (its late run_completed
 # raced the lease): nothing is run, nothing is sent — one reply per message (docs/runner.md).

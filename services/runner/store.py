@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 from services.runner.attachments import model_text
 from services.runner.budget import ModelPrice
 from services.runner.label_filter import CLASSIFICATION_MISMATCH, redispatches
-from services.runner.outcome import Classification, LoopOutcome, RunFailure
+from services.runner.outcome import RUNNER_SHUTDOWN, Classification, LoopOutcome, RunFailure
 from services.runner.preload import MISSING, Preload
 from services.runner.providers.base import TokenUsage
 from services.runner.subject import ConversationInfo, HistoryItem, RunSubject, VersionConfig
@@ -613,7 +613,7 @@ class RunStore:
             await session.run_sync(_add_usage, request, usage, outcome.cost_micros, finish.completed_at)
         return True
 
-    async def hand_back(self, subject: RunSubject, finish: Finish, *, error_code: str = "runner_shutdown") -> None:
+    async def hand_back(self, subject: RunSubject, finish: Finish, *, error_code: str = RUNNER_SHUTDOWN) -> None:
         """Shutdown (or a newer attempt of the run arrived): close the row as lost and count its usage,
         but emit no ``run_completed``, so the dispatcher's lease (or the newer attempt) takes over."""
         request = subject.request

@@ -1,6 +1,6 @@
 """``/api/v1/conversations``: the inbox — list conversations, read one with its messages and the
-dispatcher's decisions on it (``/dispatch-decisions`` for the whole org); hand one back to the
-agents after a handoff; wake its agent. Everything needs ``manager`` (customers' words)."""
+dispatcher's decisions on it (``/dispatch-decisions`` for the whole org); take one over from
+the agents, hand one back to them; wake its agent. Everything needs ``manager`` (customers' words)."""
 
 from __future__ import annotations
 
@@ -169,6 +169,26 @@ async def hand_back(conversation_id: uuid.UUID, ctx: Manager, request: Request) 
         )
     )
     return Envelope(data=HandbackResult(**_view(result.row).model_dump(), agent_woken=result.agent_woken))
+
+
+@router.post(
+    "/conversations/{conversation_id}:takeover",
+    response_model=Envelope[ConversationView],
+    responses=error_responses(Unauthorized, Forbidden, NotFound, Conflict, ValidationFailed),
+)
+async def take_over(conversation_id: uuid.UUID, ctx: Manager) -> Envelope[ConversationView]:
+    """The caller takes the conversation from the agents (status `handoff`, assigned to them); 409
+    `conversation_closed` for a closed one. A run already in flight still finishes and replies."""
+    row = await ctx.session.run_sync(
+        lambda s: service.take_over(
+            s,
+            org_id=ctx.org_id,
+            conversation_id=conversation_id,
+            actor_user_id=ctx.principal.user_id,
+            request_id=ctx.request_id,
+        )
+    )
+    return Envelope(data=_view(row))
 
 
 @router.post(

@@ -1,17 +1,25 @@
-"""Handing a conversation back to the agents after a handoff.
+"""Handing a conversation to humans (a person takes it over) and back to the agents.
 
 The notifier assigned the conversation to humans (``status = handoff``) when a run handed
 off; from then on ingest does not dispatch its messages and the dispatcher answers any
 dispatch of it with ``conv_busy`` (docs/dispatcher.md, "human_owned"). Handing back reopens
 it and, in the same transaction (outbox), queues a ``dispatch_requested`` with wake reason
 ``assignment``: the dispatcher clears its ``human_owned`` flag on it and wakes the agents
-whose trigger listens to ``assignment``. Functions never commit (the request does).
+whose trigger listens to ``assignment``.
+
+A person can also take a conversation over without a handoff (after a
+``conversation.unanswered`` notice, or to answer a customer themselves): the same
+``handoff`` status, assigned to them. Ingest stops dispatching at once; a run already
+in flight finishes, and what it answers is still sent — the notifier sends what a run
+produced, and interrupting it would need a dispatcher record the contract does not have.
+Functions never commit (the request does).
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
@@ -29,6 +37,11 @@ class NotHandedOff(Conflict):
     default_message = "The conversation is not assigned to humans"
 
 
+class ConversationClosed(Conflict):
+    code = "conversation_closed"
+    default_message = "The conversation is closed"
+
+
 @dataclass(frozen=True)
 class HandedBack:
     row: Conversation
@@ -39,6 +52,42 @@ def get_conversation(session: Session, *, org_id: uuid.UUID, conversation_id: uu
     row = repository.by_id(session, org_id, conversation_id)
     if row is None:
         raise NotFound("No such conversation")
+    return row
+
+
+def take_over(
+    session: Session,
+    *,
+    org_id: uuid.UUID,
+    conversation_id: uuid.UUID,
+    actor_user_id: uuid.UUID | None,
+    request_id: str | None,
+) -> Conversation:
+    """The caller takes the conversation: ``handoff``, assigned to them. Taking over one
+    already handed off assigns it to the caller (claiming it from the team); the handoff
+    time is kept, it says when the agents stopped."""
+    row = repository.by_id(session, org_id, conversation_id, for_update=True)
+    if row is None:
+        raise NotFound("No such conversation")
+    if row.status == ConversationStatus.CLOSED.value:
+        raise ConversationClosed(details={"status": row.status})
+    previous = row.status
+    if previous != ConversationStatus.HANDOFF.value:
+        row.status = ConversationStatus.HANDOFF.value
+        row.handoff_at = datetime.now(UTC)
+    row.assigned_user_id = actor_user_id
+    record_audit(
+        session,
+        org_id=org_id,
+        action="conversation.taken_over",
+        actor_user_id=actor_user_id,
+        target_type="conversation",
+        target_id=row.id,
+        details={"previous_status": previous},
+        request_id=request_id,
+    )
+    session.flush()
+    session.refresh(row)
     return row
 
 

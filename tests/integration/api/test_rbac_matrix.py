@@ -73,6 +73,7 @@ POLICY: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/audit"): "manager",
     ("GET", "/api/v1/conversations/{conversation_id}"): "manager",
     ("POST", "/api/v1/conversations/{conversation_id}:handback"): "manager",
+    ("POST", "/api/v1/conversations/{conversation_id}:takeover"): "manager",
     ("POST", "/api/v1/conversations/{conversation_id}:wake"): "manager",
     ("GET", "/api/v1/org-webhook"): "manager",
     ("PUT", "/api/v1/org-webhook"): "admin_mfa",

@@ -1,0 +1,139 @@
+"""A failed or aborted run that leaves a customer waiting is announced to the org's humans once
+(runs whose messages another run answers are not), and a person can take the conversation over."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from scripts.channel_server import ChannelServer
+from switchboard.contracts import Record, RunStatus, Topics, TopicSpec
+from switchboard.contracts.enums import ErrorFamily, Vitality
+from switchboard.db.enums import Role
+from switchboard.db.models.audit import AuditLogEntry
+from tests.integration.notifier.conftest import RunningNotifier, WebhookReceiver, World, eventually
+from tests.integration.notifier.test_handoff import notifications, set_webhook, verify
+from tests.support.agents import tenant_session
+
+pytestmark = pytest.mark.integration
+
+Publish = Callable[[TopicSpec[Any], Record], Awaitable[None]]
+Start = Callable[..., Awaitable[RunningNotifier]]
+
+
+async def test_a_run_that_fails_its_customer_is_announced_once_and_sends_nothing(
+    world: World,
+    channel: ChannelServer,
+    receiver: WebhookReceiver,
+    api: httpx.AsyncClient,
+    publish: Publish,
+    start_notifier: Start,
+) -> None:
+    secret = await set_webhook(api, world, receiver.url)
+    messages = (uuid.uuid4(), uuid.uuid4())
+    failed = world.run(status=RunStatus.FAILED, text=None).model_copy(
+        update={
+            "message_ids": messages,
+            "vitality": Vitality.FAILED,
+            "error_family": ErrorFamily.TRANSIENT_UPSTREAM,
+            "error_code": "provider_unavailable",
+            "error_message": "upstream said: overloaded",
+        }
+    )
+    budget = world.run(status=RunStatus.ABORTED, text=None).model_copy(
+        update={
+            "message_ids": messages[:1],
+            "vitality": Vitality.STALLED,
+            "error_family": ErrorFamily.BUDGET_EXCEEDED,
+            "abort_reason": "max_steps_reached",
+        }
+    )
+    # Others answer these: a follow-up run takes the interrupted run's messages, the
+    # dispatcher recovers a hand-back; a run with no customer message has no one waiting.
+    interrupted = world.run(status=RunStatus.ABORTED, text=None).model_copy(
+        update={"message_ids": messages, "vitality": Vitality.ALIVE, "abort_reason": "interrupted"}
+    )
+    handed_back = world.run(status=RunStatus.FAILED, text=None).model_copy(
+        update={
+            "message_ids": messages,
+            "vitality": Vitality.DEAD,
+            "error_family": ErrorFamily.PROCESS_LOST,
+            "error_code": "runner_shutdown",
+        }
+    )
+    scheduled = world.run(status=RunStatus.FAILED, text=None).model_copy(update={"vitality": Vitality.FAILED})
+    dry = failed.model_copy(update={"run_id": uuid.uuid4(), "event_id": uuid.uuid4(), "dry_run": True})
+
+    await start_notifier()
+    for run in (failed, interrupted, handed_back, scheduled, dry, budget, failed):  # `failed` redelivered
+        await publish(Topics.RUN_COMPLETED, run)
+
+    await eventually(lambda: sorted(n.status for n in notifications(world)), lambda s: s == ["sent", "sent"])
+    await eventually(lambda: len(receiver.hits), lambda n: n == 2)
+    assert all(verify(secret, hit.headers, hit.body) for hit in receiver.hits)
+    events = {hit.json()["data"]["run_id"]: hit.json() for hit in receiver.hits}
+    assert set(events) == {str(failed.run_id), str(budget.run_id)}
+    event = events[str(failed.run_id)]
+    assert event["type"] == "conversation.unanswered"
+    assert event["data"] == {
+        "conversation_id": str(world.conversation_id),
+        "contact_id": str(world.contact_id),
+        "channel_session_id": str(world.channel_id),
+        "run_id": str(failed.run_id),
+        "agent_id": str(world.agent_id),
+        "attempt": 1,
+        "status": "failed",
+        "vitality": "failed",
+        "error_family": "transientUpstream",
+        "error_code": "provider_unavailable",
+        "abort_reason": None,
+        "unanswered_messages": 2,
+    }
+    assert "overloaded" not in receiver.hits[0].body.decode() + receiver.hits[1].body.decode()
+    assert events[str(budget.run_id)]["data"]["abort_reason"] == "max_steps_reached"
+    assert channel.received == [], "nothing reaches the customer"
+    assert world.conversation().status == "open", "the agents keep the conversation"
+
+
+async def test_a_person_takes_the_conversation_over_answers_and_hands_it_back(
+    world: World, api: httpx.AsyncClient
+) -> None:
+    manager = world.org.headers(Role.MANAGER)
+    path = f"/api/v1/conversations/{world.conversation_id}"
+    before = await api.post(f"{path}/messages", json={"text": "Oi, sou a Ana."}, headers=manager)
+    assert before.status_code == 409 and before.json()["error"]["code"] == "conversation_not_handed_off"
+
+    taken = await api.post(f"{path}:takeover", headers=world.org.headers())
+    assert taken.status_code == 200, taken.text
+    view = taken.json()["data"]
+    assert view["status"] == "handoff" and view["assigned_user_id"] == str(world.org.admin_user_id)
+    assert view["handoff_at"] is not None
+    # Taken over again (a second click, or a claim from the team): the handoff time is kept.
+    claimed = await api.post(f"{path}:takeover", headers=manager)
+    assert claimed.status_code == 200
+    assert claimed.json()["data"]["handoff_at"] == view["handoff_at"]
+    assert claimed.json()["data"]["assigned_user_id"] == str(world.org.admin_user_id)
+    with tenant_session(world.org) as session:
+        actions = list(
+            session.scalars(
+                select(AuditLogEntry.action)
+                .where(AuditLogEntry.target_id == str(world.conversation_id))
+                .order_by(AuditLogEntry.created_at)
+            )
+        )
+    assert actions == ["conversation.taken_over", "conversation.taken_over"]
+
+    # Now the person can answer (the send itself: test_api.py).
+    answered = await api.post(f"{path}/messages", json={"text": "Oi, sou a Ana."}, headers=manager)
+    assert answered.status_code == 202, answered.text
+    assert answered.json()["data"]["sender"] == "human"
+
+    back = await api.post(f"{path}:handback", headers=manager)
+    assert back.status_code == 200 and back.json()["data"]["status"] == "open"
+    missing = await api.post(f"/api/v1/conversations/{uuid.uuid4()}:takeover", headers=manager)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
