@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import TextClause, bindparam, select, text, update
+from sqlalchemy import Row, TextClause, bindparam, select, text, update
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -566,8 +566,13 @@ class RunStore:
             await self._lock_conversation(session, request)
             closed = await session.scalar(_CLOSE_RUN, _close_values(request, finish, failure))
             if closed is None:
+                closing = await _closing(session, request)
+                if closing is not None and closing.completed_at == finish.completed_at:
+                    # This very finish closed it: a retry whose first COMMIT landed but whose answer
+                    # was lost (the connection dropped). Counted and announced already.
+                    return True
                 await _append_trace_tail(session, request, finish.trace_tail, finish.prompt)
-                await _add_uncounted_usage(session, request, usage, outcome.cost_micros, finish.completed_at)
+                await _add_uncounted_usage(session, request, closing, usage, outcome.cost_micros, finish.completed_at)
                 return False
             if finish.invalid_credential_id is not None:
                 await session.execute(
@@ -645,7 +650,10 @@ class RunStore:
             if handed is not None:
                 await session.run_sync(_add_usage, request, outcome.usage, outcome.cost_micros, finish.completed_at)
             else:  # closed meanwhile (a newer attempt took over): count what that closing did not
-                await _add_uncounted_usage(session, request, outcome.usage, outcome.cost_micros, finish.completed_at)
+                closing = await _closing(session, request)
+                await _add_uncounted_usage(
+                    session, request, closing, outcome.usage, outcome.cost_micros, finish.completed_at
+                )
 
     # ------------------------------------------------------------------ issue 6 item 9
 
@@ -800,25 +808,35 @@ def _add_usage(session: Session, request: RunRequested, usage: TokenUsage, cost:
     record_usage(session, request.org_id, request.agent_id, at, usage.all_input, usage.output_tokens, cost)
 
 
-async def _add_uncounted_usage(
-    session: AsyncSession, request: RunRequested, usage: TokenUsage, cost: int, at: datetime
-) -> None:
-    """A run that finished after it was closed: its usage, less what the closing put in the ledger.
+_Closing = Row[str | None, int, int, int, datetime | None]
 
-    A row closed as lost (``_close_lost``) counted the usage it held, which is frozen from then on
-    (``append_trace`` updates it only while the run is active); any other closing counted nothing.
-    Known gap: a finish retried after its own commit succeeded but its answer was lost (the
-    connection dropped after COMMIT) finds its row closed by itself and counts the run again."""
-    row = (
+
+async def _closing(session: AsyncSession, request: RunRequested) -> _Closing | None:
+    """How a run row that was no longer active had been closed: by whom it says, and what it counted."""
+    return (
         await session.execute(
-            select(AiAgentRun.error_code, AiAgentRun.tokens_in, AiAgentRun.tokens_out, AiAgentRun.cost_micros).where(
-                AiAgentRun.org_id == request.org_id, AiAgentRun.id == request.run_id
-            )
+            select(
+                AiAgentRun.error_code,
+                AiAgentRun.tokens_in,
+                AiAgentRun.tokens_out,
+                AiAgentRun.cost_micros,
+                AiAgentRun.completed_at,
+            ).where(AiAgentRun.org_id == request.org_id, AiAgentRun.id == request.run_id)
         )
     ).one_or_none()
+
+
+async def _add_uncounted_usage(
+    session: AsyncSession, request: RunRequested, closing: _Closing | None, usage: TokenUsage, cost: int, at: datetime
+) -> None:
+    """A run that finished after someone else closed it: its usage, less what that closing put in
+    the ledger. A row closed as lost (``_close_lost``) counted the usage it held, which is frozen
+    from then on (``append_trace`` updates it only while the run is active); any other closing
+    counted nothing. (A row closed by the same finish, retried, is recognized before this.)"""
     counted_in = counted_out = counted_cost = 0
-    if row is not None and row.error_code == LOST_ERROR_CODE:
-        counted_in, counted_out, counted_cost = row.tokens_in or 0, row.tokens_out or 0, row.cost_micros or 0
+    if closing is not None and closing.error_code == LOST_ERROR_CODE:
+        counted_in, counted_out = closing.tokens_in or 0, closing.tokens_out or 0
+        counted_cost = closing.cost_micros or 0
     rest_in = max(0, usage.all_input - counted_in)
     rest_out = max(0, usage.output_tokens - counted_out)
     rest_cost = max(0, cost - counted_cost)

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from services.runner.store import RunStore
@@ -190,6 +191,46 @@ async def test_a_superseded_run_that_finishes_late_is_counted_once(rh: RunnerHar
     await asyncio.sleep(1.0)  # anything counted twice would show up now
     usage = rh.usage(agent.org_id)
     assert usage is not None and (usage.input_tokens, usage.output_tokens) == (300 + 100, 30 + 10)
+
+
+async def test_a_finish_retried_after_its_commit_landed_counts_and_announces_once(
+    rh: RunnerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The terminal transaction committed, then the connection dropped before its answer came
+    back: the runner retries it (a lost connection is transient). The retry finds the row closed
+    by that same finish and does nothing — before, it counted the run's usage a second time."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script(
+        [
+            tool(SEARCH_CONTACTS, {"query": "Ana"}, input_tokens=300, output_tokens=30),
+            Reply(text="Encontrei a Ana.", input_tokens=400, output_tokens=40),
+        ]
+    )
+    real_finish = RunStore.finish
+    calls: list[bool] = []
+
+    async def finish_then_lose_the_answer(self: RunStore, subject: Any, finish: Any) -> bool:
+        announced = await real_finish(self, subject, finish)
+        calls.append(announced)
+        if len(calls) == 1:
+            raise OperationalError("COMMIT", None, ConnectionError("server closed the connection unexpectedly"))
+        return announced
+
+    monkeypatch.setattr(RunStore, "finish", finish_then_lose_the_answer)
+    request = run_request(agent, [inbound(rh.db, agent, "Oi, procura a Ana")])
+    row = await rh.run(request)
+    deadline = time.monotonic() + 20
+    while len(calls) < 2:
+        assert time.monotonic() < deadline, "the finish was not retried"
+        await asyncio.sleep(0.05)
+
+    assert calls == [True, True], "the retry knows its own commit announced the run"
+    usage = rh.usage(agent.org_id)
+    assert usage is not None and (usage.input_tokens, usage.output_tokens) == (700, 70)
+    completed = [r for t, r in rh.outbox(agent.conversation_id) if t == Topics.RUN_COMPLETED.name]
+    assert [r.run_id for r in completed] == [request.run_id]
+    again = rh.run_row(request)
+    assert again is not None and again.tool_calls == row.tool_calls, "no trace entry written twice"
 
 
 async def test_a_recovery_of_a_run_that_answered_after_all_sends_no_second_reply(rh: RunnerHarness) -> None:
