@@ -66,6 +66,7 @@ from switchboard.db.usage import record_usage
 _ACTIVE = [s.value for s in ACTIVE_RUN_STATUSES]
 # The error code of a run closed because its runner was gone (its usage counted by that closing).
 LOST_ERROR_CODE = "process_lost"
+HANDED_BACK_MESSAGE = "the run stopped before it finished; handed back for recovery"
 _ACTIVE_SQL = ", ".join(f"'{status}'" for status in _ACTIVE)
 _UUID = PG_UUID(as_uuid=True)
 
@@ -619,8 +620,13 @@ class RunStore:
         return True
 
     async def hand_back(self, subject: RunSubject, finish: Finish, *, error_code: str = RUNNER_SHUTDOWN) -> None:
-        """Shutdown (or a newer attempt of the run arrived): close the row as lost and count its usage,
-        but emit no ``run_completed``, so the dispatcher's lease (or the newer attempt) takes over."""
+        """Shutdown (or a newer attempt of the run arrived): close the row as lost and count its usage.
+
+        At shutdown it is also announced — ``run_completed`` failed / dead / ``processLost``,
+        ``runner_shutdown`` — so the dispatcher recovers the messages at once instead of after the
+        lease, and billing sees the attempt's usage. A superseded run is not: the newer attempt
+        already holds the conversation, and a completion dated after that attempt started would
+        read as two overlapping runs. Nor is a row someone else closed first."""
         request = subject.request
         outcome, cls = finish.outcome, finish.classification
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
@@ -637,7 +643,7 @@ class RunStore:
                     vitality=cls.vitality.value,
                     error_family=cls.error_family.value if cls.error_family else None,
                     error_code=error_code,
-                    error_message="the run stopped before it finished; handed back for recovery",
+                    error_message=HANDED_BACK_MESSAGE,
                     tokens_in=outcome.usage.all_input,
                     tokens_out=outcome.usage.output_tokens,
                     cost_micros=outcome.cost_micros,
@@ -649,6 +655,11 @@ class RunStore:
             )
             if handed is not None:
                 await session.run_sync(_add_usage, request, outcome.usage, outcome.cost_micros, finish.completed_at)
+                if error_code == RUNNER_SHUTDOWN:
+                    announced = run_completed(subject, finish).model_copy(
+                        update={"error_code": error_code, "error_message": HANDED_BACK_MESSAGE, "would_send_to": None}
+                    )
+                    await session.run_sync(enqueue_record, Topics.RUN_COMPLETED, announced, serde=self._serde)
             else:  # closed meanwhile (a newer attempt took over): count what that closing did not
                 closing = await _closing(session, request)
                 await _add_uncounted_usage(

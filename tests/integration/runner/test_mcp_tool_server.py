@@ -1,10 +1,12 @@
-"""The internal MCP tool server on its own: run tokens, tool grants, tenant scoping."""
+"""The internal MCP tool server on its own: run tokens, tool grants, tenant scoping; the runner's
+toolbox retrying what is safe to retry when the transport fails."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import httpx2
@@ -14,6 +16,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from services.api.mcp.server import McpToolServer
 from services.cli import build_parser
+from services.runner.providers.base import ToolCallRequest
+from services.runner.tools import McpToolBox, ToolCatalog, ToolServerUnavailable
+from services.runner.tools.mcp import TRANSPORT_ATTEMPTS
 from switchboard.run_tokens import RunTokenSettings
 from switchboard.settings import DatabaseSettings
 from switchboard.tool_catalog import (
@@ -24,7 +29,7 @@ from switchboard.tool_catalog import (
     SEARCH_CONTACTS,
     TOOL_KINDS,
 )
-from tests.integration.runner.harness import RunnerHarness, create_agent, inbound, run_token
+from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, inbound, run_token
 from tests.support.fake_llm import ServedApp
 
 pytestmark = pytest.mark.integration
@@ -132,3 +137,99 @@ async def test_standalone_switchboard_mcp_serves_the_same_path(rh: RunnerHarness
             assert (await http.post(f"{served.url}/internal/mcp", json={})).status_code == 401
     finally:
         await served.stop()
+
+
+class FailsRequests:
+    """The tool server behind a gateway that answers 502, without passing them on, to the first
+    ``failures`` JSON-RPC requests whose method starts with ``method`` (``""``: any request, the
+    connection's handshake included)."""
+
+    def __init__(self, app: Any, *, method: str, failures: int) -> None:
+        self._app = app
+        self._needle = f'"method":"{method}'.encode()
+        self._failures = failures
+        self.seen = 0  # requests of ``method`` that reached the gateway
+        self.refused = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self._app(scope, receive, send)
+            return
+        messages = [await receive()]
+        while messages[-1].get("more_body"):
+            messages.append(await receive())
+        if self._needle in b"".join(m.get("body", b"") for m in messages).replace(b" ", b""):
+            self.seen += 1
+            if self._failures > 0:
+                self._failures -= 1
+                self.refused += 1
+                headers = [(b"content-type", b"text/plain")]
+                await send({"type": "http.response.start", "status": 502, "headers": headers})
+                await send({"type": "http.response.body", "body": b"bad gateway"})
+                return
+
+        async def replay() -> Any:
+            return messages.pop(0) if messages else await receive()
+
+        await self._app(scope, replay, send)
+
+
+@asynccontextmanager
+async def behind_gateway(rh: RunnerHarness, *, method: str, failures: int) -> AsyncIterator[tuple[str, FailsRequests]]:
+    server = McpToolServer(database=DatabaseSettings(url=rh.database_url), secret=RunTokenSettings().secret())
+    gateway = FailsRequests(server.app, method=method, failures=failures)
+    served = await ServedApp(gateway).start()
+    try:
+        yield f"{served.url}/mcp", gateway
+    finally:
+        await served.stop()
+        await server.dispose()
+
+
+def _toolbox(url: str, agent: Agent, granted: set[str], rh: RunnerHarness) -> McpToolBox:
+    token = run_token(agent, granted, rh=rh)
+    return McpToolBox(url=url, token=token, granted=tuple(granted), catalog=ToolCatalog(), timeout_s=5)
+
+
+def _request(name: str, arguments: dict[str, Any]) -> ToolCallRequest:
+    return ToolCallRequest(id="call-1", name=name, arguments=arguments, arguments_json=json.dumps(arguments))
+
+
+@pytest.mark.parametrize("method", ["", "tools/call"], ids=["connecting", "calling"])
+async def test_a_dropped_connection_or_read_is_retried_instead_of_handing_off(rh: RunnerHarness, method: str) -> None:
+    agent = create_agent(rh.db, contact_name="Ana Retry")
+    async with behind_gateway(rh, method=method, failures=TRANSPORT_ATTEMPTS - 1) as (url, gateway):
+        box = _toolbox(url, agent, {SEARCH_CONTACTS}, rh)
+        try:
+            outcome = await box.call(_request(SEARCH_CONTACTS, {"query": "Ana Retry"}), timeout_s=5)
+        finally:
+            await box.aclose()
+    assert gateway.refused == TRANSPORT_ATTEMPTS - 1
+    if method == "tools/call":
+        assert gateway.seen == TRANSPORT_ATTEMPTS, "the read was asked again after each refusal"
+    assert not outcome.is_error
+    assert [c["name"] for c in json.loads(outcome.content)["contacts"]] == ["Ana Retry"]
+
+
+async def test_a_read_the_gateway_keeps_refusing_ends_as_tool_server_unavailable(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db)
+    async with behind_gateway(rh, method="tools/call", failures=TRANSPORT_ATTEMPTS) as (url, gateway):
+        box = _toolbox(url, agent, {SEARCH_CONTACTS}, rh)
+        try:
+            with pytest.raises(ToolServerUnavailable):
+                await box.call(_request(SEARCH_CONTACTS, {"query": "Ana"}), timeout_s=5)
+        finally:
+            await box.aclose()
+    assert gateway.seen == TRANSPORT_ATTEMPTS
+
+
+async def test_a_write_whose_call_failed_in_transport_is_never_sent_twice(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db)
+    async with behind_gateway(rh, method="tools/call", failures=1) as (url, gateway):
+        box = _toolbox(url, agent, {SCHEDULE_FOLLOWUP}, rh)
+        try:
+            with pytest.raises(ToolServerUnavailable):
+                await box.call(_request(SCHEDULE_FOLLOWUP, {"due_in_minutes": 60, "reason": "retorno"}), timeout_s=5)
+        finally:
+            await box.aclose()
+    assert gateway.seen == 1, "the write may have acted: it is not asked again"

@@ -50,6 +50,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 # Longer than the runner group's failure detection (aiokafka's 10 s session timeout): a re-dispatch
 # whose lease ran out before the new runner got the partition would be re-dispatched once more.
 LEASE_S = 15
+# Far beyond how long the graceful case waits for the recovered reply (RECOVERED_WITHIN_S).
+GRACEFUL_LEASE_S = 600
+RECOVERED_WITHIN_S = 60
 FINAL = "Temos sim, a Ana Souza pode te atender."
 
 
@@ -117,9 +120,16 @@ async def until(condition: Callable[[], object], *, timeout_s: float, what: str,
         await asyncio.sleep(0.2)
 
 
-async def test_sigkill_mid_run_the_dispatcher_recovers_and_the_conversation_gets_one_reply(
-    topics: KafkaSettings, kill_db: MigratedDatabase, tmp_path: Path
+@pytest.mark.parametrize("stop", ["sigkill", "sigterm"])
+async def test_a_runner_stopped_mid_run_is_recovered_and_the_conversation_gets_one_reply(
+    topics: KafkaSettings, kill_db: MigratedDatabase, tmp_path: Path, stop: str
 ) -> None:
+    """SIGKILL: nothing is announced, the dispatcher's lease runs out and it re-dispatches. SIGTERM
+    (a rolling deploy): the runner hands the run back and announces it, and the dispatcher
+    recovers at once — the lease is set far longer than the test waits, so only the
+    announcement can explain the recovery."""
+    graceful = stop == "sigterm"
+    lease_s = GRACEFUL_LEASE_S if graceful else LEASE_S
     database_url = kill_db.app_url.render_as_string(hide_password=False)
     engine = kill_db.app_engine
     agent = create_agent(engine, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEARCH_CONTACTS])
@@ -147,8 +157,9 @@ async def test_sigkill_mid_run_the_dispatcher_recovers_and_the_conversation_gets
             "RUNNER_STALE_RUN_AFTER_S": "5",
             "RUNNER_MODEL_CALL_TIMEOUT_S": "120",
             "PROVIDERS_ANTHROPIC_BASE_URL": fake.url,
+            "RUNNER_SHUTDOWN_GRACE_S": "0.5",
         }
-        dispatcher = WorkerProcess(topics, database_url, tmp_path, DISPATCHER_LEASE_S=str(LEASE_S)).start()
+        dispatcher = WorkerProcess(topics, database_url, tmp_path, DISPATCHER_LEASE_S=str(lease_s)).start()
         first = RunnerProcess(topics, database_url, tmp_path, **runner_env).start()
         second: RunnerProcess | None = None
         try:
@@ -172,7 +183,10 @@ async def test_sigkill_mid_run_the_dispatcher_recovers_and_the_conversation_gets
                 return bool(rows) and rows[0].status == "running" and len(fake.calls_to("anthropic")) == 1
 
             await until(attempt_one_waits_for_the_model, timeout_s=40, what="attempt 1 running", logs=first.logs)
-            first.kill()
+            if graceful:
+                assert first.stop() == 0
+            else:
+                first.kill()
             second = RunnerProcess(topics, database_url, tmp_path, **runner_env).start()
             await second.wait_ready()
 
@@ -183,7 +197,7 @@ async def test_sigkill_mid_run_the_dispatcher_recovers_and_the_conversation_gets
                     if r.conversation_id == agent.conversation_id and r.status is RunStatus.COMPLETED
                 ]
 
-            await until(lambda: replied(), timeout_s=60, what="a completed run", logs=second.logs)
+            await until(lambda: replied(), timeout_s=RECOVERED_WITHIN_S, what="a completed run", logs=second.logs)
             # A duplicate (a second reply, a third attempt racing the second) would show up by now.
             await asyncio.sleep(3)
         finally:
@@ -210,8 +224,18 @@ async def test_sigkill_mid_run_the_dispatcher_recovers_and_the_conversation_gets
     assert [(e["tool_name"], e["is_error"]) for e in tool_steps] == [(SEARCH_CONTACTS, False)]
     assert [c["contact_id"] for c in json.loads(tool_steps[0]["result"])["contacts"]] == [str(agent.contact_id)]
 
-    # One reply: exactly one run_completed for the conversation, completed, with the text, for the message.
+    # One reply: one completed run_completed for the conversation, with the text, for the message;
+    # before it, for a graceful stop, the hand-back's own (failed, sent nowhere).
     completions = [r for r in observer.records(Topics.RUN_COMPLETED) if r.conversation_id == agent.conversation_id]
+    if graceful:
+        handed_back = completions.pop(0)
+        assert (handed_back.run_id, handed_back.status, handed_back.error_code) == (
+            lost.run_id,
+            RunStatus.FAILED,
+            "runner_shutdown",
+        )
+        assert handed_back.would_send_to is None
+        assert rows[lost.run_id].error_code == "runner_shutdown"
     assert len(completions) == 1, completions
     (reply,) = completions
     assert reply.run_id == recovered.run_id and reply.status is RunStatus.COMPLETED and reply.final_text == FINAL

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from services.runner.store import RunStore
 from services.runner.sweep import StaleRunSweeper
 from switchboard.contracts import RunCompleted, Serde, Topics
+from switchboard.contracts.enums import ErrorFamily
 from switchboard.db.models import AiAgentRun, Contact, Conversation
 from switchboard.db.session import create_async_engine, create_async_sessionmaker, tenant_transaction
 from switchboard.observability.logging import JsonFormatter
@@ -343,8 +344,17 @@ async def test_shutdown_hands_back_runs_that_do_not_finish_in_time(
             "processLost",
             "runner_shutdown",
         )
-        # No run_completed: the dispatcher's lease expires and it re-dispatches (attempt + 1).
-        assert not [r for _, r in h.outbox(agent.conversation_id) if isinstance(r, RunCompleted)]
+        # Announced, so the dispatcher recovers the messages at once (attempt + 1), not after
+        # the lease; and the notifier does not call it an unanswered customer (docs/notifier.md).
+        [handed] = [r for _, r in h.outbox(agent.conversation_id) if isinstance(r, RunCompleted)]
+        assert (handed.run_id, handed.status.value, handed.vitality.value, handed.error_family) == (
+            request.run_id,
+            "failed",
+            "dead",
+            ErrorFamily.PROCESS_LOST,
+        )
+        assert handed.error_code == "runner_shutdown" and handed.would_send_to is None
+        assert handed.message_ids == tuple(m.message_id for m in request.messages)
         await h.start_runner()
 
 
