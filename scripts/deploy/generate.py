@@ -56,7 +56,7 @@ SCHEMAS_DIR_IN_IMAGE = "/app/schemas"
 UID = 10001
 
 # Subcommands of `switchboard` that are not long-running workloads.
-ONE_SHOT_COMMANDS = frozenset({"migrate", "topics", "admin"})
+ONE_SHOT_COMMANDS = frozenset({"migrate", "topics", "admin", "dead-letters"})
 # Long-running subcommands with no Deployment of their own: `mcp` is mounted in the API's pods
 # (API_MCP_ENABLED, /internal/mcp), which the `switchboard-mcp` Service selects; an operator who
 # scales it apart adds a Deployment running `switchboard mcp` and points that Service at it.
