@@ -54,6 +54,8 @@ class RunFact:
     cost_micros: int
     executed: tuple[ActionFact, ...] = ()
     proposed: tuple[ActionFact, ...] = ()
+    handed_back: bool = False
+    unanswered: bool = False
 
     @classmethod
     def from_payload(cls, data: Mapping[str, Any]) -> RunFact:
@@ -61,6 +63,9 @@ class RunFact:
             run_id=str(data["run_id"]),
             replied=bool(data.get("replied")),
             cost_micros=int(data.get("cost_micros") or 0),
+            # Facts stored before 2026-12-02 lack both: false, as they were counted then.
+            handed_back=bool(data.get("handed_back")),
+            unanswered=bool(data.get("unanswered")),
             executed=tuple(ActionFact.from_payload(a) for a in data.get("executed") or ()),
             proposed=tuple(ActionFact.from_payload(a) for a in data.get("proposed") or ()),
         )
@@ -108,12 +113,16 @@ class RunTotals:
     """The day's runs counted by the database: how many, how many replied, what they cost.
 
     ``replies`` leaves out the replies the channel refused (their delivery ``failed``), which
-    ``undelivered`` counts: the owner must not read "5 replies" when two never reached anyone."""
+    ``undelivered`` counts: the owner must not read "5 replies" when two never reached anyone.
+    ``unanswered``: runs that failed or were aborted with their customer still waiting.
+    ``runs`` leaves out runs handed back at a shutdown (recovered by another attempt, which is
+    the run that counts); their cost is in ``spend_micros``."""
 
     runs: int
     replies: int
     spend_micros: int
     undelivered: int = 0
+    unanswered: int = 0
 
 
 @dataclass(frozen=True)
@@ -207,9 +216,10 @@ def totals(inputs: DayInputs) -> RunTotals:
     if inputs.totals is not None:
         return inputs.totals
     return RunTotals(
-        runs=len(inputs.runs),
+        runs=sum(1 for r in inputs.runs if not r.handed_back),
         replies=sum(1 for r in inputs.runs if r.replied),
         spend_micros=sum(r.cost_micros for r in inputs.runs),
+        unanswered=sum(1 for r in inputs.runs if r.unanswered),
     )
 
 
@@ -217,8 +227,10 @@ def pulse(inputs: DayInputs) -> dict[str, Any]:
     counted = totals(inputs)
     runs, replies, spend = counted.runs, counted.replies, counted.spend_micros
     undelivered = f" ({counted.undelivered} not delivered)" if counted.undelivered else ""
+    unanswered = f" · {counted.unanswered} left unanswered" if counted.unanswered else ""
     text = (
-        f"{_count(runs, 'run')} · {_count(replies, 'reply')}{undelivered} · {_count(inputs.handoffs, 'handoff')} · "
+        f"{_count(runs, 'run')} · {_count(replies, 'reply')}{undelivered}{unanswered} · "
+        f"{_count(inputs.handoffs, 'handoff')} · "
         f"spend {money(spend)} (yesterday {money(inputs.spend_yesterday_micros)})"
     )
     return {
@@ -226,6 +238,7 @@ def pulse(inputs: DayInputs) -> dict[str, Any]:
         "runs": runs,
         "replies": replies,
         "undelivered": counted.undelivered,
+        "unanswered": counted.unanswered,
         "handoffs": inputs.handoffs,
         "spend_micros": spend,
         "spend_yesterday_micros": inputs.spend_yesterday_micros,

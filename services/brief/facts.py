@@ -14,6 +14,7 @@ from switchboard.contracts.enums import RunStatus
 from switchboard.contracts.records import Action, HandoffTriggered, Insight, Record, RunCompleted
 from switchboard.db.daily_brief import local_day
 from switchboard.db.models.brief import BriefFactKind
+from switchboard.run_outcomes import handed_back, left_unanswered
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,10 @@ def run_fact(record: RunCompleted, tz: ZoneInfo) -> Fact:
             "agent_id": str(record.agent_id),
             "status": str(record.status),
             "replied": replied(record),
+            # The shared reading of the outcome (switchboard.run_outcomes): a hand-back is spend,
+            # not a run of the day; an unanswered customer is shown on the pulse.
+            "handed_back": handed_back(record),
+            "unanswered": left_unanswered(record),
             "cost_micros": record.cost_micro_usd,
             "tokens_in": record.tokens_in,
             "tokens_out": record.tokens_out,

@@ -97,15 +97,20 @@ def _facts(session: Session, org_id: uuid.UUID, day: date, kind: BriefFactKind) 
 
 # A reply whose delivery the channel refused (``run_deliveries`` kind reply, status failed) is
 # counted apart; sending, sent and unknown (may have reached the customer) count as replies.
+# A run handed back at a shutdown is spend but not a run (its recovery is); facts stored before
+# the flags existed read as neither handed back nor unanswered.
 _RUN_TOTALS = text(
     """
-    SELECT count(*) AS runs,
+    SELECT count(*) FILTER (WHERE NOT t.handed_back) AS runs,
            count(*) FILTER (WHERE t.replied AND NOT t.failed) AS replies,
            count(*) FILTER (WHERE t.replied AND t.failed) AS undelivered,
+           count(*) FILTER (WHERE t.unanswered) AS unanswered,
            coalesce(sum(t.cost), 0) AS spend
     FROM (
         SELECT (f.payload ->> 'replied')::boolean AS replied,
                (f.payload ->> 'cost_micros')::bigint AS cost,
+               coalesce((f.payload ->> 'handed_back')::boolean, false) AS handed_back,
+               coalesce((f.payload ->> 'unanswered')::boolean, false) AS unanswered,
                EXISTS (
                    SELECT 1 FROM run_deliveries AS d
                    WHERE d.org_id = f.org_id AND d.run_id = (f.payload ->> 'run_id')::uuid
@@ -228,7 +233,11 @@ def _run_totals(session: Session, org_id: uuid.UUID, day: date) -> RunTotals:
     parsing them all on every batch made the digest cost grow with the day (docs/brief.md)."""
     row = session.execute(_RUN_TOTALS, {"org_id": org_id, "day": day, "kind": BriefFactKind.RUN.value}).one()
     return RunTotals(
-        runs=int(row.runs), replies=int(row.replies), spend_micros=int(row.spend), undelivered=int(row.undelivered)
+        runs=int(row.runs),
+        replies=int(row.replies),
+        spend_micros=int(row.spend),
+        undelivered=int(row.undelivered),
+        unanswered=int(row.unanswered),
     )
 
 

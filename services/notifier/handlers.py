@@ -6,8 +6,9 @@
   Any other run (dry, handoff, failed, aborted) sends nothing; its queued intents are
   marked failed so nothing lingers as "pending" — except a handoff's acknowledgement (the
   version's ``handoff_message``), sent once like a reply.
-  A failed or aborted run that leaves customer messages unanswered is announced on the org's
-  webhook as ``conversation.unanswered`` (``unanswered.py``).
+  A failed or aborted run that leaves customer messages unanswered
+  (``switchboard.run_outcomes``) is announced on the org's webhook as
+  ``conversation.unanswered`` (``unanswered.py``).
 - ``handoff_triggered`` (not dry): assign the conversation to humans and notify the org's
   outgoing webhook (in the background: ``notifications.py``).
 - ``human_messages``: a person answered from Switchboard after a handoff: claim, send and
@@ -38,6 +39,7 @@ from switchboard.contracts.enums import InsightKind, InsightStatus
 from switchboard.db.models.notifications import NotificationState
 from switchboard.kafka.consumer import Inbound
 from switchboard.observability.logging import get_logger
+from switchboard.run_outcomes import left_unanswered
 
 log = get_logger(__name__)
 
@@ -103,7 +105,7 @@ class NotifierHandlers:
                 # The version's handoff message (the runner set it as the text): sent once, like a reply.
                 claims = await self._store.claim_reply(completed)
                 await self._send_claimed(completed.org_id, completed.run_id, claims, where)
-            elif unanswered.left_unanswered(completed):
+            elif left_unanswered(completed):
                 await self._notify_unanswered(completed, where)
             return
         await self._send_claimed(completed.org_id, completed.run_id, await self._store.claim_run(completed), where)

@@ -12,7 +12,7 @@ from sqlalchemy import delete, select
 
 from services.api.autonomy.service import decide_promotion
 from switchboard.contracts import Insight, Serde, Topics
-from switchboard.contracts.enums import RunStatus
+from switchboard.contracts.enums import ErrorFamily, RunStatus, Vitality
 from switchboard.contracts.records import Action
 from switchboard.db.models import AiAgentRun, Message, OutboxEvent
 from switchboard.db.models.autonomy import AgentDecision, WorkspaceDailyBrief, WorkspaceHomePrefs
@@ -78,6 +78,7 @@ def _expected(scene: Scene, todo_id: uuid.UUID, proposal: Action, cold_insight_i
             "runs": 3,
             "replies": 2,
             "undelivered": 0,
+            "unanswered": 0,
             "handoffs": 1,
             "spend_micros": 180_000,
             "spend_yesterday_micros": 70_000,
@@ -305,3 +306,38 @@ async def test_a_reply_the_channel_refused_is_counted_as_not_delivered(
     pulse = (stored_digest(scene, DAY) or {})["pulse"]
     assert (pulse["replies"], pulse["undelivered"]) == (1, 1)
     assert pulse["text"].startswith("2 runs · 1 reply (1 not delivered) · ")
+
+
+async def test_a_customer_left_unanswered_shows_on_the_pulse_and_a_handed_back_run_is_only_spend(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
+) -> None:
+    """A run that failed with its customer waiting is "left unanswered"; a run its runner handed back
+    at a shutdown is not a run of the day (its recovery is), but what it spent is spend."""
+    scene = make_scene(stack.database_url, time_zone=TZ)
+    serde = Serde.from_settings(topics)
+    waiting = (uuid.uuid4(),)
+    failed = run_completed(scene, _utc(20, 12), cost=10_000, reply=False, status=RunStatus.FAILED).model_copy(
+        update={"message_ids": waiting, "error_family": ErrorFamily.TRANSIENT_UPSTREAM, "vitality": Vitality.FAILED}
+    )
+    handed_back = run_completed(scene, _utc(20, 13), cost=3_000, reply=False, status=RunStatus.FAILED).model_copy(
+        update={
+            "message_ids": waiting,
+            "error_family": ErrorFamily.PROCESS_LOST,
+            "error_code": "runner_shutdown",
+            "vitality": Vitality.DEAD,
+        }
+    )
+    recovered = run_completed(scene, _utc(20, 13), cost=20_000).model_copy(update={"message_ids": waiting})
+    async with (
+        running_brief(stack.database_url, topics, group_id),
+        RecordProducer(topics, service="test", serde=serde) as producer,
+    ):
+        for record in (failed, handed_back, recovered):
+            await producer.send(Topics.RUN_COMPLETED, record)
+        await wait_for(
+            lambda: (stored_digest(scene, DAY) or {}).get("pulse", {}).get("spend_micros") == 33_000,
+            what="all three runs",
+        )
+    pulse = (stored_digest(scene, DAY) or {})["pulse"]
+    assert (pulse["runs"], pulse["replies"], pulse["unanswered"]) == (2, 1, 1)
+    assert pulse["text"].startswith("2 runs · 1 reply · 1 left unanswered · 0 handoffs · spend $0.03")

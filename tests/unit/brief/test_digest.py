@@ -93,6 +93,7 @@ def test_a_known_day_composes_to_the_expected_document() -> None:
         "runs": 3,
         "replies": 2,
         "undelivered": 0,
+        "unanswered": 0,
         "handoffs": 1,
         "spend_micros": 250_000,
         "spend_yesterday_micros": 300_000,

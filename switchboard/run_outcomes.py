@@ -1,0 +1,48 @@
+"""What a ``run_completed`` means for the customer who wrote: read by the notifier and the brief.
+
+Two questions every consumer of run outcomes asks, answered once:
+
+- **Was it handed back?** A runner stopped mid-run (a rolling deploy) closes the run as
+  ``processLost`` with ``runner_shutdown`` and announces it; the dispatcher recovers its
+  messages at once in a new attempt. It is spend, not a run anyone should count or chase.
+- **Was the customer left unanswered?** A run that failed (the provider down after its
+  retries, a revoked key, its process lost after the last attempt) or was aborted (a step,
+  token or cost budget, a doom loop, the silence watchdog) sent nothing, and it was the last
+  chance for its customer messages. Not: dry runs; runs with no customer message (scheduled
+  analyses, follow-ups); runs whose messages another run answers — an interrupted run (the
+  next run takes its messages), a handed-back or superseded run (recovered), a recovery
+  attempt that found the messages answered, a run whose classification filter passed them
+  to another agent.
+
+The codes are the runner's (``services/runner/outcome.py``); a unit test keeps them in step.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from switchboard.contracts import RunCompleted, RunStatus
+from switchboard.contracts.enums import ErrorFamily
+
+# ``run_completed.abort_reason`` of runs whose messages another run answers.
+ANSWERED_ELSEWHERE: Final = frozenset({"interrupted", "already_answered", "classification_mismatch"})
+# ``error_code`` of a run its runner handed back: the dispatcher recovers it.
+HANDED_BACK_CODES: Final = frozenset({"runner_shutdown", "superseded"})
+
+
+def handed_back(completed: RunCompleted) -> bool:
+    """The runner gave the run back (shutdown, or a newer attempt took it): another attempt answers."""
+    return (
+        completed.status is RunStatus.FAILED
+        and completed.error_family is ErrorFamily.PROCESS_LOST
+        and completed.error_code in HANDED_BACK_CODES
+    )
+
+
+def left_unanswered(completed: RunCompleted) -> bool:
+    """Whether this run was the last chance to answer its customer messages, and did not."""
+    if completed.dry_run or not completed.message_ids:
+        return False
+    if completed.status is RunStatus.ABORTED:
+        return completed.abort_reason not in ANSWERED_ELSEWHERE
+    return completed.status is RunStatus.FAILED and not handed_back(completed)
