@@ -19,6 +19,7 @@ from services.api.autonomy.endpoints import router as autonomy_router
 from services.api.budgets.endpoints import router as budgets_router
 from services.api.catalog.endpoints import router as catalog_router
 from services.api.channels.endpoints import router as channels_router
+from services.api.contacts.endpoints import router as contacts_router
 from services.api.conversations.endpoints import router as conversations_router
 from services.api.core.database import Database
 from services.api.core.errors import install_error_handlers
@@ -160,6 +161,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         home_router,
         budgets_router,
         conversations_router,
+        contacts_router,
         followups_router,
         org_webhooks_router,
         organization_router,

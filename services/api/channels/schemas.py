@@ -15,11 +15,11 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from switchboard.db.enums import ChannelProvider, ChannelSessionStatus
+from switchboard.db.models.channels import E164_PATTERN
 from switchboard.egress import refuse_literal_address
 
 # WAHA session names: letters, digits and a few separators; they are routing keys, not text.
 SESSION_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,99}$"
-E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
 WEBHOOK_PATH = "/api/v1/webhooks/waha"
 
 

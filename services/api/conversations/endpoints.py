@@ -5,10 +5,13 @@ the agents, hand one back to them; wake its agent. Everything needs ``manager`` 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
 
+from services.api.contacts import service as contacts_service
+from services.api.contacts.schemas import ContactSummary
 from services.api.conversations import reading, replies, service, wake
 from services.api.conversations.schemas import (
     ConversationView,
@@ -24,16 +27,18 @@ from services.api.core.errors import Conflict, Forbidden, NotFound, Unauthorized
 from services.api.core.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor
 from services.api.core.responses import Envelope, Page
 from switchboard.contracts import Serde
-from switchboard.db.models.channels import Conversation
+from switchboard.db.models.channels import Contact, Conversation
 
 router = APIRouter(prefix="/api/v1", tags=["conversations"])
 
 
-def _view(row: Conversation) -> ConversationView:
+def _view(row: Conversation, contacts: Mapping[uuid.UUID, Contact]) -> ConversationView:
+    contact = contacts.get(row.contact_id) if row.contact_id is not None else None
     return ConversationView(
         id=row.id,
         channel_session_id=row.channel_session_id,
         contact_id=row.contact_id,
+        contact=None if contact is None else ContactSummary.model_validate(contact, from_attributes=True),
         chat_id=row.chat_id,
         is_group=row.is_group,
         status=row.status,  # type: ignore[arg-type]
@@ -43,6 +48,14 @@ def _view(row: Conversation) -> ConversationView:
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
+
+
+async def _views(ctx: Manager, rows: Sequence[Conversation]) -> list[ConversationView]:
+    """The rows with who each is with: their contacts in one query."""
+    contacts = await ctx.session.run_sync(
+        lambda s: contacts_service.contacts_by_id(s, ctx.org_id, (r.contact_id for r in rows))
+    )
+    return [_view(r, contacts) for r in rows]
 
 
 _LIST_ERRORS = error_responses(Unauthorized, Forbidden, NotFound, ValidationFailed)
@@ -67,7 +80,7 @@ async def list_conversations(
     )
     page = rows[:limit]
     next_cursor = encode_cursor(reading.activity(page[-1]), page[-1].id) if len(rows) > limit else None
-    return Page(data=[_view(r) for r in page], next_cursor=next_cursor)
+    return Page(data=await _views(ctx, page), next_cursor=next_cursor)
 
 
 @router.get("/conversations/{conversation_id}/messages", response_model=Page[MessageView], responses=_LIST_ERRORS)
@@ -147,7 +160,7 @@ async def get_conversation(conversation_id: uuid.UUID, ctx: Manager) -> Envelope
     row = await ctx.session.run_sync(
         lambda s: service.get_conversation(s, org_id=ctx.org_id, conversation_id=conversation_id)
     )
-    return Envelope(data=_view(row))
+    return Envelope(data=(await _views(ctx, [row]))[0])
 
 
 @router.post(
@@ -168,7 +181,8 @@ async def hand_back(conversation_id: uuid.UUID, ctx: Manager, request: Request) 
             request_id=ctx.request_id,
         )
     )
-    return Envelope(data=HandbackResult(**_view(result.row).model_dump(), agent_woken=result.agent_woken))
+    [view] = await _views(ctx, [result.row])
+    return Envelope(data=HandbackResult(**view.model_dump(), agent_woken=result.agent_woken))
 
 
 @router.post(
@@ -188,7 +202,7 @@ async def take_over(conversation_id: uuid.UUID, ctx: Manager) -> Envelope[Conver
             request_id=ctx.request_id,
         )
     )
-    return Envelope(data=_view(row))
+    return Envelope(data=(await _views(ctx, [row]))[0])
 
 
 @router.post(

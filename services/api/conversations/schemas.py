@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from services.api.contacts.schemas import ContactSummary
 from switchboard.contracts import WakeContext, WakeReason
 from switchboard.db.enums import ConversationStatus
 
@@ -16,6 +17,7 @@ class ConversationView(BaseModel):
     id: uuid.UUID
     channel_session_id: uuid.UUID
     contact_id: uuid.UUID | None
+    contact: ContactSummary | None = Field(description="Who it is with (null for a group chat); edit at /contacts")
     chat_id: str
     is_group: bool
     status: ConversationStatus = Field(description="`handoff`: humans own it; agents are not dispatched to it")

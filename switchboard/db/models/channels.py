@@ -21,7 +21,7 @@ from switchboard.db.enums import (
     MessageSender,
 )
 
-_E164 = r"^\+[1-9][0-9]{6,14}$"
+E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
 
 
 def _sealed_checks(prefix: str) -> tuple[CheckConstraint, ...]:
@@ -42,7 +42,7 @@ class ChannelSession(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     __table_args__ = (
         check_in("provider", ChannelProvider),
         check_in("status", ChannelSessionStatus),
-        CheckConstraint(f"phone_number IS NULL OR phone_number ~ '{_E164}'", name="phone_e164"),
+        CheckConstraint(f"phone_number IS NULL OR phone_number ~ '{E164_PATTERN}'", name="phone_e164"),
         # The name-routed webhook URL names the session: among the sessions it routes, the
         # pair leads to exactly one org (revision 0027; the per-session URL needs no name).
         # Replies go out by name on the session's WAHA server (NULL: the platform's): a name is
@@ -97,7 +97,7 @@ class Contact(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     __tablename__ = "contacts"
     __table_args__ = (
         UniqueConstraint("org_id", "external_id"),
-        CheckConstraint(f"phone_number IS NULL OR phone_number ~ '{_E164}'", name="phone_e164"),
+        CheckConstraint(f"phone_number IS NULL OR phone_number ~ '{E164_PATTERN}'", name="phone_e164"),
     )
 
     # The channel's id of the person (WhatsApp: "5511999999999@c.us").

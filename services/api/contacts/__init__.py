@@ -1,0 +1,1 @@
+"""``/api/v1/contacts``: the customers an organization talks to — find, read, correct."""
