@@ -635,7 +635,7 @@ def on_run_completed(state: ConversationState, completed: RunCompleted, ctx: Con
     """The active run ended: free the conversation and start what waits. False: not the active run."""
     active = state.active
     if completed.dry_run or active is None or active.run_id != completed.run_id:
-        if not completed.dry_run and completed.run_id not in state.closed_runs:
+        if not completed.dry_run and not state.is_closed(completed.run_id):
             state.close_run(completed.run_id)  # a superseded attempt finished late: remember, ignore
         return False
     if completed.error_family is ErrorFamily.PROCESS_LOST and completed.status is RunStatus.FAILED:

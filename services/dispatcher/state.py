@@ -14,10 +14,11 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from services.dispatcher import recent_ids
 from switchboard.contracts import (
     ConcurrencyPolicy,
     DispatchRequested,
@@ -95,6 +96,21 @@ class PendingDispatch(_Model):
     deferral_reported: bool = False
 
 
+def _packed_keys(value: Any) -> Any:
+    """States written before 2026-12-02 hold the dedupe keys as a JSON list: pack them on read.
+    (A field validator, not a model one: a model validator would make every parse build the
+    whole document as Python objects first.)"""
+    if isinstance(value, list):
+        return recent_ids.pack((recent_ids.key_entry(k) for k in value), HANDLED_MEMORY)
+    return value
+
+
+def _packed_run_ids(value: Any) -> Any:
+    if isinstance(value, list):
+        return recent_ids.pack((recent_ids.uuid_entry(r) for r in value), CLOSED_RUN_MEMORY)
+    return value
+
+
 class ConversationState(_Model):
     """Everything the dispatcher keeps about one conversation (the table's value)."""
 
@@ -108,10 +124,13 @@ class ConversationState(_Model):
     continues_run_id: uuid.UUID | None = None
     # Agent id -> when the dispatcher last started a run of it here (one reply per 5 s).
     last_run_at: dict[str, datetime] = Field(default_factory=dict)
-    # Dedupe keys of dispatches already seen (message id, or event id without a message).
-    handled: list[str] = Field(default_factory=list)
-    # Runs that ended (completed, recovered as a new attempt, lost): late events are ignored.
-    closed_runs: list[uuid.UUID] = Field(default_factory=list)
+    # Dedupe keys of dispatches already seen (message id, or event id without a message), as
+    # 16-hex-digit digests, oldest first, in one string (``recent_ids.py``: a long
+    # conversation's state was 23 KB of JSON, parsed and rewritten on every event).
+    handled: Annotated[str, BeforeValidator(_packed_keys)] = ""
+    # Runs that ended (completed, recovered as a new attempt, lost), their ids' 32 hex digits,
+    # oldest first: late events of these are ignored.
+    closed_runs: Annotated[str, BeforeValidator(_packed_run_ids)] = ""
     # Humans own the conversation (a run ended in handoff): every dispatch gets a conv_busy
     # decision until one with wake reason ``assignment`` (the API's handback) clears it.
     human_owned: bool = False
@@ -131,18 +150,17 @@ class ConversationState(_Model):
     # --- idempotency -------------------------------------------------------------
 
     def has_seen(self, key: str) -> bool:
-        return key in self.handled
+        return recent_ids.contains(self.handled, recent_ids.key_entry(key))
 
     def remember(self, key: str) -> None:
-        self.handled.append(key)
-        if len(self.handled) > HANDLED_MEMORY:
-            del self.handled[: len(self.handled) - HANDLED_MEMORY]
+        self.handled = recent_ids.append(self.handled, recent_ids.key_entry(key), HANDLED_MEMORY)
+
+    def is_closed(self, run_id: uuid.UUID) -> bool:
+        return recent_ids.contains(self.closed_runs, run_id.hex)
 
     def close_run(self, run_id: uuid.UUID) -> None:
-        if run_id not in self.closed_runs:
-            self.closed_runs.append(run_id)
-            if len(self.closed_runs) > CLOSED_RUN_MEMORY:
-                del self.closed_runs[: len(self.closed_runs) - CLOSED_RUN_MEMORY]
+        if not self.is_closed(run_id):
+            self.closed_runs = recent_ids.append(self.closed_runs, run_id.hex, CLOSED_RUN_MEMORY)
 
     @property
     def idle(self) -> bool:
