@@ -457,9 +457,15 @@ class NotifierStore:
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
             created = await self._insert_notification(session, org_id, key, "conversation.handoff", payload)
             if created:
+                # Already with humans (a person took it over while this run was still going):
+                # their assignment and handoff time stay.
                 await session.execute(
                     update(Conversation)
-                    .where(Conversation.org_id == org_id, Conversation.id == handoff.conversation_id)
+                    .where(
+                        Conversation.org_id == org_id,
+                        Conversation.id == handoff.conversation_id,
+                        Conversation.status != ConversationStatus.HANDOFF.value,
+                    )
                     .values(
                         status=ConversationStatus.HANDOFF.value,
                         handoff_at=datetime.now(UTC),

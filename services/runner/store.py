@@ -630,6 +630,8 @@ class RunStore:
         request = subject.request
         outcome, cls = finish.outcome, finish.classification
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            if error_code == RUNNER_SHUTDOWN:  # it writes the outbox: keep the key's commit order
+                await self._lock_conversation(session, request)
             await _append_trace_tail(session, request, finish.trace_tail, finish.prompt)
             handed = await session.scalar(
                 update(AiAgentRun)

@@ -219,8 +219,8 @@ async def _send_back(
     partitions = known[letter.original_topic].partition_count(settings)
     headers = [(h.key, h.value) for h in letter.original_headers if h.key != REPLAYED_FROM_HEADER]
     headers.append((REPLAYED_FROM_HEADER, str(stored.position).encode()))
-    # The original partition keeps the record's order with its conversation; were the
-    # topic's count ever changed, the key picks the partition as the producers would.
+    # The original partition keeps the record's order with its conversation; a letter without
+    # one (the outbox's, -1) or beyond the topic's partitions goes where its key sends it.
     partition = letter.original_partition if 0 <= letter.original_partition < partitions else None
     return await producer.send(
         letter.original_topic, letter.original_value, key=letter.original_key, partition=partition, headers=headers

@@ -32,7 +32,8 @@ class ContactView(ContactSummary):
 
 
 class UpdateContact(BaseModel):
-    """Fields to change; a field left out is kept, `null` clears it."""
+    """Fields to change; a field left out is kept, `null` clears it (not the name: ingest would
+    fill an empty name again from the customer's WhatsApp profile)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -44,10 +45,10 @@ class UpdateContact(BaseModel):
     @classmethod
     def _name_not_blank(cls, value: str | None) -> str | None:
         if value is None:
-            return None
+            raise ValueError("display_name cannot be cleared (the channel would fill it again); correct it instead")
         stripped = value.strip()
         if not stripped:
-            raise ValueError("display_name must not be blank (send null to clear it)")
+            raise ValueError("display_name must not be blank")
         return stripped
 
     @field_validator("phone_number")

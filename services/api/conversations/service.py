@@ -75,7 +75,8 @@ def take_over(
     if previous != ConversationStatus.HANDOFF.value:
         row.status = ConversationStatus.HANDOFF.value
         row.handoff_at = datetime.now(UTC)
-    row.assigned_user_id = actor_user_id
+    if actor_user_id is not None:  # a token with no person behind it assigns no one
+        row.assigned_user_id = actor_user_id
     record_audit(
         session,
         org_id=org_id,

@@ -91,6 +91,7 @@ async def test_a_contact_is_corrected_audited_by_field_and_shown_in_the_inbox(
         {"phone_number": "11 98765-4321"},
         {"email": "ana.gmail.com"},
         {"display_name": "   "},
+        {"display_name": None},  # ingest would fill it again from the WhatsApp profile
         {"nickname": "Aninha"},
     ):
         refused = await client.patch(path, json=body, headers=manager)

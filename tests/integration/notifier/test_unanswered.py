@@ -137,3 +137,18 @@ async def test_a_person_takes_the_conversation_over_answers_and_hands_it_back(
     assert back.status_code == 200 and back.json()["data"]["status"] == "open"
     missing = await api.post(f"/api/v1/conversations/{uuid.uuid4()}:takeover", headers=manager)
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+async def test_a_handoff_from_the_run_still_going_keeps_the_person_who_took_over(
+    world: World, api: httpx.AsyncClient, publish: Publish, start_notifier: Start
+) -> None:
+    taken = await api.post(f"/api/v1/conversations/{world.conversation_id}:takeover", headers=world.org.headers())
+    assert taken.status_code == 200, taken.text
+    before = world.conversation()
+    run = world.run(status=RunStatus.HANDOFF, text=None)
+    await start_notifier()
+    await publish(Topics.HANDOFF_TRIGGERED, world.handoff(run))
+    await eventually(lambda: [n.dedupe_key for n in notifications(world)], lambda k: k == [f"handoff:{run.run_id}"])
+    after = world.conversation()
+    assert after.status == "handoff"
+    assert (after.assigned_user_id, after.handoff_at) == (world.org.admin_user_id, before.handoff_at)
