@@ -5,9 +5,9 @@ Dry runs and dry handoffs are test traffic [004 §9]: they never reach the diges
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Final
 from zoneinfo import ZoneInfo
 
 from switchboard.contracts.enums import RunStatus
@@ -15,6 +15,11 @@ from switchboard.contracts.records import Action, HandoffTriggered, Insight, Rec
 from switchboard.db.daily_brief import local_day
 from switchboard.db.models.brief import BriefFactKind
 from switchboard.run_outcomes import handed_back, left_unanswered
+
+# What a run spent. Two records of one run id can disagree on it: the dispatcher closes a run
+# whose last attempt was handed back (or went silent) with a zero-usage ``run_completed`` that
+# is newer than the runner's own. The larger of the two is what the run spent.
+SPEND_FIELDS: Final = ("cost_micros", "tokens_in", "tokens_out")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +29,18 @@ class Fact:
     day: date
     occurred_at: datetime
     payload: dict[str, Any]
+
+
+def merged(stored: Fact, arriving: Fact) -> Fact:
+    """Two records of one key: the newer one's day and outcome, and for a run the larger spend.
+
+    The same rule as the SQL upsert (``store.upsert_facts``), for records of one batch.
+    """
+    newer, older = (arriving, stored) if stored.occurred_at <= arriving.occurred_at else (stored, arriving)
+    if newer.kind is not BriefFactKind.RUN:
+        return newer
+    spend = {name: max(newer.payload.get(name) or 0, older.payload.get(name) or 0) for name in SPEND_FIELDS}
+    return replace(newer, payload={**newer.payload, **spend})
 
 
 def _action(action: Action) -> dict[str, Any]:

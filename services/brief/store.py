@@ -11,14 +11,14 @@ from collections.abc import Iterable, Sequence
 from datetime import date, timedelta
 from typing import Any, Final
 
-from sqlalchemy import BigInteger, and_, bindparam, func, select, text, tuple_
+from sqlalchemy import BigInteger, and_, bindparam, func, literal_column, select, text, tuple_
+from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from services.brief.catalog import DigestCatalog
 from services.brief.digest import DayInputs, InsightFact, Promotion, RunFact, RunTotals, compose
-from services.brief.facts import Fact
+from services.brief.facts import SPEND_FIELDS, Fact, merged
 from switchboard.autonomy import promotion_key
 from switchboard.db.daily_brief import lock_day, open_todo_items
 from switchboard.db.enums import AutonomyMode, DecisionStatus, InsightStatus
@@ -37,18 +37,35 @@ from switchboard.db.models.brief import BriefFact, BriefFactKind
 CARRY_OVER_DAYS: Final = 30
 
 
-def upsert_facts(session: Session, org_id: uuid.UUID, facts: Sequence[Fact]) -> set[date]:
-    """Write the facts (the newest record of a key wins) and return every day whose digest changed.
+# On a key already stored, the newer record (``occurred_at``) gives day, time and payload, and a
+# run keeps the larger spend of the two (facts.merged is the same rule within a batch).
+_NEWER = "brief_facts.occurred_at <= excluded.occurred_at"
+_SPEND = ", ".join(
+    f"'{name}', GREATEST((brief_facts.payload ->> '{name}')::bigint, (excluded.payload ->> '{name}')::bigint)"
+    for name in SPEND_FIELDS
+)
+_MERGED_PAYLOAD = (
+    f"CASE WHEN {_NEWER} THEN excluded.payload ELSE brief_facts.payload END"
+    f" || CASE WHEN brief_facts.kind = 'run' THEN jsonb_strip_nulls(jsonb_build_object({_SPEND}))"
+    " ELSE '{}'::jsonb END"
+)
 
-    An insight re-dated by its producer moves to another day: its old day is returned too.
+
+def upsert_facts(session: Session, org_id: uuid.UUID, facts: Sequence[Fact]) -> set[date]:
+    """Write the facts and return every day whose digest changed.
+
+    The newest record of a key wins, except that a run keeps the larger spend of its records:
+    the dispatcher's zero-usage close of a handed-back or silent last attempt is newer than the
+    runner's record of what the attempt spent. An insight re-dated by its producer moves to
+    another day: its old day is returned too.
     """
     if not facts:
         return set()
     latest: dict[tuple[str, str], Fact] = {}
     for fact in facts:
-        current = latest.get((fact.kind.value, fact.key))
-        if current is None or current.occurred_at <= fact.occurred_at:
-            latest[(fact.kind.value, fact.key)] = fact
+        key = (fact.kind.value, fact.key)
+        current = latest.get(key)
+        latest[key] = fact if current is None else merged(current, fact)
     keys = list(latest)
     previous_days = set(
         session.scalars(
@@ -74,12 +91,11 @@ def upsert_facts(session: Session, org_id: uuid.UUID, facts: Sequence[Fact]) -> 
         stmt.on_conflict_do_update(
             index_elements=[BriefFact.org_id, BriefFact.kind, BriefFact.fact_key],
             set_={
-                "day": stmt.excluded.day,
-                "occurred_at": stmt.excluded.occurred_at,
-                "payload": stmt.excluded.payload,
+                "day": literal_column(f"CASE WHEN {_NEWER} THEN excluded.day ELSE brief_facts.day END"),
+                "occurred_at": func.greatest(BriefFact.occurred_at, stmt.excluded.occurred_at),
+                "payload": literal_column(_MERGED_PAYLOAD, type_=JSONB),
                 "updated_at": func.now(),
             },
-            where=BriefFact.occurred_at <= stmt.excluded.occurred_at,
         )
     )
     return previous_days | {fact.day for fact in latest.values()}

@@ -38,6 +38,7 @@ class OutcomeKind(StrEnum):
     FAILED = "failed"
     HANDED_BACK = "handed_back"
 
+
 # Error codes of a run handed back to the dispatcher, which recovers it (``run_completed.error_code``).
 RUNNER_SHUTDOWN = "runner_shutdown"
 SUPERSEDED = "superseded"

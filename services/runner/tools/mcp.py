@@ -124,9 +124,7 @@ class McpToolBox:
             stack = AsyncExitStack()
             try:
                 async with asyncio.timeout(self._timeout_s):
-                    self._client = await stack.enter_async_context(
-                        _connect(self._url, self._token, self._timeout_s)
-                    )
+                    self._client = await stack.enter_async_context(_connect(self._url, self._token, self._timeout_s))
             except Exception as exc:
                 await self._close_stack(stack)
                 log.warning("tool server unreachable", extra={"error": type(exc).__name__, "attempt": attempt})

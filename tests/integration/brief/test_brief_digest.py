@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import delete, select
 
 from services.api.autonomy.service import decide_promotion
-from switchboard.contracts import Insight, Serde, Topics
+from switchboard.contracts import Insight, RunCompleted, Serde, Topics
 from switchboard.contracts.enums import ErrorFamily, RunStatus, Vitality
 from switchboard.contracts.records import Action
 from switchboard.db.models import AiAgentRun, Message, OutboxEvent
@@ -308,6 +308,18 @@ async def test_a_reply_the_channel_refused_is_counted_as_not_delivered(
     assert pulse["text"].startswith("2 runs · 1 reply (1 not delivered) · ")
 
 
+def _handed_back(scene: Scene, waiting: tuple[uuid.UUID, ...], *, cost: int) -> RunCompleted:
+    """A run its runner handed back at a shutdown (13:00 on the day), with what it spent."""
+    return run_completed(scene, _utc(20, 13), cost=cost, reply=False, status=RunStatus.FAILED).model_copy(
+        update={
+            "message_ids": waiting,
+            "error_family": ErrorFamily.PROCESS_LOST,
+            "error_code": "runner_shutdown",
+            "vitality": Vitality.DEAD,
+        }
+    )
+
+
 async def test_a_customer_left_unanswered_shows_on_the_pulse_and_a_handed_back_run_is_only_spend(
     stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
 ) -> None:
@@ -319,14 +331,7 @@ async def test_a_customer_left_unanswered_shows_on_the_pulse_and_a_handed_back_r
     failed = run_completed(scene, _utc(20, 12), cost=10_000, reply=False, status=RunStatus.FAILED).model_copy(
         update={"message_ids": waiting, "error_family": ErrorFamily.TRANSIENT_UPSTREAM, "vitality": Vitality.FAILED}
     )
-    handed_back = run_completed(scene, _utc(20, 13), cost=3_000, reply=False, status=RunStatus.FAILED).model_copy(
-        update={
-            "message_ids": waiting,
-            "error_family": ErrorFamily.PROCESS_LOST,
-            "error_code": "runner_shutdown",
-            "vitality": Vitality.DEAD,
-        }
-    )
+    handed_back = _handed_back(scene, waiting, cost=3_000)
     recovered = run_completed(scene, _utc(20, 13), cost=20_000).model_copy(update={"message_ids": waiting})
     async with (
         running_brief(stack.database_url, topics, group_id),
@@ -341,3 +346,60 @@ async def test_a_customer_left_unanswered_shows_on_the_pulse_and_a_handed_back_r
     pulse = (stored_digest(scene, DAY) or {})["pulse"]
     assert (pulse["runs"], pulse["replies"], pulse["unanswered"]) == (2, 1, 1)
     assert pulse["text"].startswith("2 runs · 1 reply · 1 left unanswered · 0 handoffs · spend $0.03")
+
+
+async def test_a_handed_back_last_attempt_closed_by_the_dispatcher_keeps_what_it_spent(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
+) -> None:
+    """The last attempt is handed back at a shutdown (its real usage), then the dispatcher closes
+    the same run id as lost with a newer, zero-usage record: the run now counts, and is left
+    unanswered, but what it spent stays in the day's spend, whatever order the records come in."""
+    scene = make_scene(stack.database_url, time_zone=TZ)
+    serde = Serde.from_settings(topics)
+    waiting = (uuid.uuid4(),)
+    handed_back = _handed_back(scene, waiting, cost=3_000).model_copy(update={"tokens_in": 1_200, "tokens_out": 80})
+    closed_as_lost = handed_back.model_copy(
+        update={
+            "completed_at": _utc(20, 13, 2),
+            "error_code": "lease_expired",
+            "cost_micro_usd": 0,
+            "tokens_in": 0,
+            "tokens_out": 0,
+        }
+    )
+    # A second run whose records arrive the other way round: the dispatcher's close first.
+    other_waiting = (uuid.uuid4(),)
+    slow = handed_back.model_copy(
+        update={"run_id": uuid.uuid4(), "message_ids": other_waiting, "cost_micro_usd": 5_000}
+    )
+    slow_closed = slow.model_copy(
+        update={"completed_at": _utc(20, 14), "error_code": "lease_expired", "cost_micro_usd": 0}
+    )
+
+    def pulse() -> dict[str, Any]:
+        return (stored_digest(scene, DAY) or {}).get("pulse", {})
+
+    async with (
+        running_brief(stack.database_url, topics, group_id),
+        RecordProducer(topics, service="test", serde=serde) as producer,
+    ):
+        await producer.send(Topics.RUN_COMPLETED, handed_back)
+        await wait_for(lambda: pulse().get("spend_micros") == 3_000, what="the handed-back attempt")
+        assert pulse()["runs"] == 0
+        await producer.send(Topics.RUN_COMPLETED, closed_as_lost)
+        await wait_for(lambda: pulse().get("runs") == 1, what="the dispatcher's close")
+        assert (pulse()["spend_micros"], pulse()["unanswered"]) == (3_000, 1)
+
+        await producer.send(Topics.RUN_COMPLETED, slow_closed)
+        await wait_for(lambda: pulse().get("runs") == 2, what="the second run's close")
+        await producer.send(Topics.RUN_COMPLETED, slow)
+        await wait_for(lambda: pulse().get("spend_micros") == 8_000, what="the second run's spend")
+    final = pulse()
+    assert (final["runs"], final["unanswered"]) == (2, 2)  # the newer record's outcome stays
+    with tenant_session(scene.org) as session:
+        payload = session.scalars(
+            select(BriefFact.payload).where(
+                BriefFact.org_id == scene.org_id, BriefFact.fact_key == str(handed_back.run_id)
+            )
+        ).one()
+    assert (payload["tokens_in"], payload["tokens_out"], payload["handed_back"]) == (1_200, 80, False)

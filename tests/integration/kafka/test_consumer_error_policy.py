@@ -19,7 +19,6 @@ from tests.support.samples import realistic_records
 pytestmark = pytest.mark.integration
 
 
-
 def _run_started() -> RunStarted:
     """A distinct run_started record (own event id and conversation)."""
     sample = next(r for r in realistic_records() if isinstance(r, RunStarted))
