@@ -3,6 +3,8 @@
 - ``run_completed``, completed and not dry, with a reply or queued send-tool intents: claim
   (committed), send through the session's channel plugin, record the outcome; a transient
   failure is retried in the background (``retries.py``), never in front of the next record.
+  While people own the conversation (a person took it over mid-run), nothing is sent: the
+  messages are kept and marked failed, ``conversation_with_humans``.
   Any other run (dry, handoff, failed, aborted) sends nothing; its queued intents are
   marked failed so nothing lingers as "pending" — except a handoff's acknowledgement (the
   version's ``handoff_message``), sent once like a reply.
@@ -108,7 +110,10 @@ class NotifierHandlers:
             elif left_unanswered(completed):
                 await self._notify_unanswered(completed, where)
             return
-        await self._send_claimed(completed.org_id, completed.run_id, await self._store.claim_run(completed), where)
+        run_claims = await self._store.claim_run(completed)
+        if run_claims.withheld:
+            log.info("reply withheld: people own the conversation", extra={**where, "count": run_claims.withheld})
+        await self._send_claimed(completed.org_id, completed.run_id, run_claims.claimed, where)
 
     async def _notify_unanswered(self, completed: RunCompleted, where: dict[str, str]) -> None:
         """A failed or aborted run left its customer waiting: tell the humans, once per run."""

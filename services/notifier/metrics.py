@@ -6,7 +6,7 @@ from prometheus_client import Counter
 
 MESSAGES_DELIVERED = Counter(
     "switchboard_notifier_messages_total",
-    "Outbound customer messages by outcome (sent, failed, unknown) and kind (reply, intent)",
+    "Outbound customer messages by outcome (sent, failed, unknown, withheld) and kind (reply, intent, human)",
     ["channel", "kind", "outcome"],
 )
 SEND_ATTEMPTS = Counter(

@@ -41,6 +41,8 @@ from switchboard.observability.scrubbing import scrub_text
 from switchboard.rotation import channel_session_aad
 
 ERROR_MESSAGE_LIMIT = 500
+# Why a run's reply or queued message was not sent: people own the conversation (``_withhold``).
+WITHHELD_ERROR = "conversation_with_humans"
 # How long a channel session's route (and its opened API key) is reused before it is read again:
 # a send per reply would otherwise cost a query and an AES-GCM open. A session's new API key or
 # base URL reaches the sends this much later (docs/notifier.md "Routes").
@@ -210,6 +212,14 @@ class Claimed:
 
 
 @dataclass(frozen=True)
+class RunClaims:
+    """What a finished run's claim gave: the messages to send now, and how many were withheld."""
+
+    claimed: list[Claimed]
+    withheld: int
+
+
+@dataclass(frozen=True)
 class Notification:
     id: uuid.UUID
     event_id: uuid.UUID
@@ -226,16 +236,18 @@ class NotifierStore:
 
     # ------------------------------------------------------------------ customer messages
 
-    async def claim_run(self, completed: RunCompleted) -> list[Claimed]:
+    async def claim_run(self, completed: RunCompleted) -> RunClaims:
         """Record the reply, then claim it and the run's queued intents; commit before any send.
 
         A message whose claim already exists is not returned (another delivery of the same
         event handled it); a claim left ``sending`` by a process that stopped mid-send becomes
-        ``unknown`` here — it is never sent again.
+        ``unknown`` here — it is never sent again. While people own the conversation (a person
+        took it over, or a handoff), nothing is claimed for sending: see ``_withhold``.
         """
         org_id = completed.org_id
         reply = _reply_values(completed)
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            with_humans = await self._with_humans(session, org_id, completed.conversation_id)
             if reply is None:
                 candidates = await self._intents(session, org_id, completed.run_id)
             else:
@@ -251,7 +263,56 @@ class NotifierStore:
                     )
                     for r in rows
                 ]
-            return await self._claim(session, org_id, completed.run_id, candidates)
+            if with_humans:
+                return RunClaims([], await self._withhold(session, org_id, completed.run_id, candidates))
+            return RunClaims(await self._claim(session, org_id, completed.run_id, candidates), 0)
+
+    async def _with_humans(self, session: AsyncSession, org_id: uuid.UUID, conversation_id: uuid.UUID) -> bool:
+        """Whether people own the conversation; the row is share-locked until the claim commits, so a
+        takeover either comes first (and is seen) or waits for the claim."""
+        status = await session.scalar(
+            select(Conversation.status)
+            .where(Conversation.org_id == org_id, Conversation.id == conversation_id)
+            .with_for_update(read=True)
+        )
+        return status == ConversationStatus.HANDOFF.value
+
+    async def _withhold(
+        self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID, candidates: list[_Candidate]
+    ) -> int:
+        """A run that ended while people own the conversation sends nothing: a person took it over
+        while the run was going (or queued behind it), and an agent's reply would talk over them.
+        Each message is kept (people can read what the agent would have said) and claimed as
+        ``failed`` with ``conversation_with_humans``, so no later delivery of the event sends it.
+        Returns how many were withheld now (0 on a redelivery)."""
+        withheld = 0
+        for candidate in candidates:
+            won = await session.scalar(
+                insert(RunDelivery)
+                .values(
+                    id=uuid.uuid4(),
+                    org_id=org_id,
+                    run_id=run_id,
+                    message_id=candidate.message_id,
+                    kind=candidate.kind.value,
+                    channel="none",
+                    status=DeliveryState.FAILED.value,
+                    error_code=WITHHELD_ERROR,
+                    completed_at=datetime.now(UTC),
+                )
+                .on_conflict_do_nothing(index_elements=[RunDelivery.message_id])
+                .returning(RunDelivery.id)
+            )
+            if won is None:
+                continue
+            await session.execute(
+                update(Message)
+                .where(Message.org_id == org_id, Message.id == candidate.message_id)
+                .values(delivery_status=MessageDeliveryStatus.FAILED.value, delivery_error=WITHHELD_ERROR)
+            )
+            MESSAGES_DELIVERED.labels("none", candidate.kind.value, "withheld").inc()
+            withheld += 1
+        return withheld
 
     async def claim_reply(self, completed: RunCompleted) -> list[Claimed]:
         """Record and claim the run's reply alone (a handoff's acknowledgement: its intents were cancelled)."""

@@ -84,6 +84,12 @@ class MessageView(BaseModel):
     content_type: str
     from_me: bool
     delivery_status: str
+    delivery_error: str | None = Field(
+        default=None,
+        description="Why an outbound message was not delivered: the channel's code (`http_400`, `timeout`…), or "
+        "`conversation_with_humans` — a run ended after a person took the conversation over, so its reply was "
+        "kept here and not sent",
+    )
     run_id: uuid.UUID | None = Field(description="The run that wrote an agent's message")
     occurred_at: datetime
     created_at: datetime

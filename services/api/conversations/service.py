@@ -10,8 +10,9 @@ whose trigger listens to ``assignment``.
 A person can also take a conversation over without a handoff (after a
 ``conversation.unanswered`` notice, or to answer a customer themselves): the same
 ``handoff`` status, assigned to them. Ingest stops dispatching at once; a run already
-in flight finishes, and what it answers is still sent — the notifier sends what a run
-produced, and interrupting it would need a dispatcher record the contract does not have.
+in flight finishes, but the notifier withholds what it would send (``conversation_with_humans``,
+docs/notifier.md) — stopping the run itself would need a dispatcher record the contract
+does not have.
 Functions never commit (the request does).
 """
 

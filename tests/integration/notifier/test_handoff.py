@@ -76,12 +76,13 @@ async def test_handoff_assigns_the_conversation_and_notifies_the_signed_webhook_
     assert event["data"]["conversation_id"] == str(world.conversation_id)
     assert event["data"]["run_id"] == str(run.run_id) and event["data"]["urgency"] == "high"
 
-    # The handoff run's reply is never sent to the customer; the redelivery is handled by now.
+    # The handoff run's reply is never sent to the customer, nor is a run's that ends while the
+    # humans own the conversation (withheld); the redelivery is handled by now.
     marker = world.run(text="marker")
     await publish(Topics.RUN_COMPLETED, marker)
     await publish(Topics.HANDOFF_TRIGGERED, world.handoff(marker, dry_run=True))
-    await eventually(lambda: [d.status for d in world.deliveries(marker.run_id)], lambda s: s == ["sent"])
-    assert [s.text for s in channel.received] == ["marker"]
+    await eventually(lambda: [d.status for d in world.deliveries(marker.run_id)], lambda s: s == ["failed"])
+    assert channel.received == []
     assert len(receiver.hits) == 2 and len(notifications(world)) == 1
 
     # The humans read it, then hand it back: the agents are woken through the outbox.
@@ -194,9 +195,10 @@ async def test_a_handoff_acknowledgement_reaches_the_customer_once(
         await publish(Topics.RUN_COMPLETED, run)
     await publish(Topics.HANDOFF_TRIGGERED, world.handoff(run))
     await eventually(lambda: [c.text for c in channel.delivered], lambda t: t == [run.final_text])
-    marker = world.run(text="marker")
+    marker = world.run(text="marker")  # withheld (the humans own the conversation), once handled
     await publish(Topics.RUN_COMPLETED, marker)
-    await eventually(lambda: [c.text for c in channel.delivered], lambda t: t == [run.final_text, "marker"])
+    await eventually(lambda: [d.status for d in world.deliveries(marker.run_id)], lambda s: s == ["failed"])
+    assert [c.text for c in channel.delivered] == [run.final_text]
     statuses = {d.message_id: d.status for d in world.deliveries(run.run_id)}
     assert statuses.get(queued) != "sent", "the queued send-tool message is not delivered after a handoff"
     assert world.conversation().status == "handoff"

@@ -152,3 +152,40 @@ async def test_a_handoff_from_the_run_still_going_keeps_the_person_who_took_over
     after = world.conversation()
     assert after.status == "handoff"
     assert (after.assigned_user_id, after.handoff_at) == (world.org.admin_user_id, before.handoff_at)
+
+
+async def test_a_run_that_ends_after_a_person_took_over_sends_nothing_and_its_reply_is_kept(
+    world: World, channel: ChannelServer, api: httpx.AsyncClient, publish: Publish, start_notifier: Start
+) -> None:
+    """A run in flight when a person takes the conversation over must not talk over them: its reply
+    and what its send tool queued are withheld (kept, marked failed, never sent by a redelivery);
+    once the conversation is handed back, the next run's reply is sent."""
+    path = f"/api/v1/conversations/{world.conversation_id}"
+    in_flight = world.run(text="Claro, já vou verificar.")
+    queued = world.queue_intent(in_flight, "Segue o link do pedido.")
+    taken = await api.post(f"{path}:takeover", headers=world.org.headers(Role.MANAGER))
+    assert taken.status_code == 200, taken.text
+    await start_notifier()
+    for _ in range(2):  # a redelivery withholds nothing more and sends nothing
+        await publish(Topics.RUN_COMPLETED, in_flight)
+    await eventually(
+        lambda: sorted((d.kind, d.status, d.error_code) for d in world.deliveries(in_flight.run_id)),
+        lambda d: (
+            d == [("intent", "failed", "conversation_with_humans"), ("reply", "failed", "conversation_with_humans")]
+        ),
+    )
+    listed = await api.get(f"{path}/messages", headers=world.org.headers(Role.MANAGER))
+    assert listed.status_code == 200, listed.text
+    kept = {m["body"]: m for m in listed.json()["data"] if m["run_id"] == str(in_flight.run_id)}
+    assert set(kept) == {"Claro, já vou verificar.", "Segue o link do pedido."}
+    assert {(m["delivery_status"], m["delivery_error"]) for m in kept.values()} == {
+        ("failed", "conversation_with_humans")
+    }
+    assert kept["Segue o link do pedido."]["id"] == str(queued)
+
+    back = await api.post(f"{path}:handback", headers=world.org.headers(Role.MANAGER))
+    assert back.status_code == 200, back.text
+    after = world.run(text="Voltei: posso ajudar?")
+    await publish(Topics.RUN_COMPLETED, after)
+    await eventually(lambda: [d.status for d in world.deliveries(after.run_id)], lambda s: s == ["sent"])
+    assert [s.text for s in channel.received] == ["Voltei: posso ajudar?"]
