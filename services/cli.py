@@ -108,9 +108,11 @@ def _dead_letters(args: argparse.Namespace) -> int:
             print(json.dumps({"position": str(position), "error_code": "unreadable_dead_letter"}))
         return 0
     missing = chosen - {stored.position for stored in listing.letters}
-    report = asyncio.run(letters.replay(settings, listing.letters, dry_run=args.dry_run))
+    report = asyncio.run(
+        letters.replay(settings, listing.letters, superseded_by=listing.superseded_by, dry_run=args.dry_run)
+    )
     print(json.dumps(report.as_dict() | {"not_found": sorted(str(p) for p in missing)}))
-    return 1 if missing else 0
+    return 1 if missing or report.failed else 0
 
 
 def _rotate_keys(args: argparse.Namespace) -> int:

@@ -10,19 +10,22 @@ the beginning up to the end they had when the read started, so a listing is a sn
 and commits nothing that a service could resume from.
 
 Every replayed copy carries a ``dlq.replayed_from`` header (``<partition>:<offset>`` of its
-letter), so a record that fails again can be told apart from its first failure.
+letter), so a record that fails again can be told apart from its first failure — and the
+earlier letter is then *superseded*: a replay sends the newer letter, never both copies.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from switchboard.contracts import DeadLetter, Serde, Topics, all_topics
 from switchboard.contracts.errors import ContractError
@@ -94,21 +97,34 @@ class Listing:
     letters: list[StoredLetter] = field(default_factory=list)
     # Records on the dead-letter topic that do not decode as a DeadLetter (written by hand?).
     unreadable: list[Position] = field(default_factory=list)
+    # Letter → the later letter of its replayed copy (it failed again), over the whole topic,
+    # whatever the filter: replaying both would send the same record twice.
+    superseded_by: dict[Position, Position] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class ReplayReport:
     replayed: list[Position] = field(default_factory=list)
     # Letters left alone, with the stable reason: ``unknown_topic`` (not a topic of this
-    # deployment's prefix) or ``no_value`` (nothing to send).
+    # deployment's prefix), ``no_value`` (nothing to send) or ``superseded`` (replayed
+    # before and failed again: the later letter, in ``superseded_by``, is the one to send).
     skipped: list[tuple[Position, str]] = field(default_factory=list)
+    superseded_by: dict[Position, Position] = field(default_factory=dict)
+    # Letters the broker or the producer refused, with a stable code: ``record_too_large``
+    # or ``send_failed``. The others are still sent and reported.
+    failed: list[tuple[Position, str]] = field(default_factory=list)
     dry_run: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "dry_run": self.dry_run,
             "replayed": [str(p) for p in self.replayed],
-            "skipped": [{"position": str(p), "reason": reason} for p, reason in self.skipped],
+            "skipped": [
+                {"position": str(p), "reason": reason}
+                | ({"superseded_by": str(self.superseded_by[p])} if p in self.superseded_by else {})
+                for p, reason in self.skipped
+            ],
+            "failed": [{"position": str(p), "error_code": code} for p, code in self.failed],
         }
 
 
@@ -165,6 +181,10 @@ def _collect(
     except ContractError:
         listing.unreadable.append(position)
         return
+    replayed_from = _replayed_from(letter)
+    if replayed_from is not None:
+        with contextlib.suppress(ValueError):  # a header written by hand: nothing is superseded
+            listing.superseded_by[Position.parse(replayed_from)] = position
     stored = StoredLetter(position, letter)
     if selection.matches(stored, settings):
         listing.letters.append(stored)
@@ -175,17 +195,29 @@ def _known_topics(settings: KafkaSettings) -> dict[str, TopicSpec[Any]]:
     return {t.physical_name(settings): t for t in all_topics() if t is not Topics.DEAD_LETTER}
 
 
-async def replay(settings: KafkaSettings, letters: Sequence[StoredLetter], *, dry_run: bool = False) -> ReplayReport:
+async def replay(
+    settings: KafkaSettings,
+    letters: Sequence[StoredLetter],
+    *,
+    superseded_by: Mapping[Position, Position] | None = None,
+    dry_run: bool = False,
+) -> ReplayReport:
     """Send each letter's original record back to its topic and partition.
 
     Only topics of this deployment (its prefix's registry) are written: a letter from
-    another prefix's topic is skipped, never sent somewhere it did not come from.
+    another prefix's topic is skipped, never sent somewhere it did not come from. A letter
+    in ``superseded_by`` (``Listing.superseded_by``) is skipped: its record was replayed and
+    failed again, and the later letter carries the same bytes.
     """
     report = ReplayReport(dry_run=dry_run)
     known = _known_topics(settings)
+    superseded_by = superseded_by or {}
     sendable: list[StoredLetter] = []
     for stored in letters:
-        if stored.letter.original_topic not in known:
+        if stored.position in superseded_by:
+            report.skipped.append((stored.position, "superseded"))
+            report.superseded_by[stored.position] = superseded_by[stored.position]
+        elif stored.letter.original_topic not in known:
             report.skipped.append((stored.position, "unknown_topic"))
         elif stored.letter.original_value is None:
             report.skipped.append((stored.position, "no_value"))
@@ -204,17 +236,27 @@ async def replay(settings: KafkaSettings, letters: Sequence[StoredLetter], *, dr
     )
     await producer.start()
     try:
-        sends = [await _send_back(producer, settings, known, stored) for stored in sendable]
-        await asyncio.gather(*sends)
+        outcomes = await asyncio.gather(
+            *(_send_back(producer, settings, known, stored) for stored in sendable), return_exceptions=True
+        )
     finally:
         await producer.stop()
-    report.replayed.extend(s.position for s in sendable)
+    for stored, outcome in zip(sendable, outcomes, strict=True):
+        if isinstance(outcome, MessageSizeTooLargeError):
+            report.failed.append((stored.position, "record_too_large"))
+        elif isinstance(outcome, KafkaError):
+            report.failed.append((stored.position, "send_failed"))
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            report.replayed.append(stored.position)
     return report
 
 
 async def _send_back(
     producer: AIOKafkaProducer, settings: KafkaSettings, known: dict[str, TopicSpec[Any]], stored: StoredLetter
-) -> asyncio.Future[Any]:
+) -> Any:
+    """Send one letter's record and wait for the broker's ack (the record's metadata)."""
     letter = stored.letter
     partitions = known[letter.original_topic].partition_count(settings)
     headers = [(h.key, h.value) for h in letter.original_headers if h.key != REPLAYED_FROM_HEADER]
@@ -222,9 +264,10 @@ async def _send_back(
     # The original partition keeps the record's order with its conversation; a letter without
     # one (the outbox's, -1) or beyond the topic's partitions goes where its key sends it.
     partition = letter.original_partition if 0 <= letter.original_partition < partitions else None
-    return await producer.send(
+    delivery = await producer.send(
         letter.original_topic, letter.original_value, key=letter.original_key, partition=partition, headers=headers
     )
+    return await delivery
 
 
 def describe(stored: StoredLetter, settings: KafkaSettings, *, with_record: bool = False) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from services.cli import main as cli_main
-from switchboard.contracts import DeadLetter, Header, RunStarted, Topics
+from switchboard.contracts import DeadLetter, Header, RunStarted, Serde, Topics
 from switchboard.kafka import dead_letter_admin as letters
 from switchboard.kafka.consumer import Inbound
 from switchboard.kafka.errors import PermanentRecordError
@@ -174,3 +174,90 @@ async def _replayed_copies(settings: KafkaSettings, partition: int, *, after: in
         return copies
     finally:
         await consumer.stop()
+
+
+async def test_a_record_that_failed_again_after_its_replay_is_replayed_once_from_its_latest_letter(
+    topics: KafkaSettings, group_id: str
+) -> None:
+    """``replay --all`` after a replay that failed again: the first letter is superseded, not resent."""
+    rejected = _run_started()
+    async with RecordProducer(topics, service="test") as producer:
+        await producer.send(Topics.RUN_STARTED, rejected)
+    bug_fixed = False
+    refusals = 0
+    handled: list[Inbound] = []
+
+    async def handler(inbound: Inbound) -> None:
+        nonlocal refusals
+        if not bug_fixed:
+            refusals += 1
+            raise PermanentRecordError("unknown_org", "organization does not exist")
+        handled.append(inbound)
+
+    await consume_run_started_until(topics, group_id, handler, done=lambda: refusals == 1)
+    first = (await _listing_with(topics, 1, letters.LetterFilter())).letters
+    assert (await letters.replay(topics, first)).replayed == [first[0].position]
+    await consume_run_started_until(topics, group_id, handler, done=lambda: refusals == 2)
+
+    listing = await _listing_with(topics, 2, letters.LetterFilter())
+    earlier, later = (stored.position for stored in listing.letters)
+    assert listing.superseded_by == {earlier: later}
+    bug_fixed = True
+    report = await letters.replay(topics, listing.letters, superseded_by=listing.superseded_by)
+    assert report.replayed == [later]
+    assert report.as_dict()["skipped"] == [
+        {"position": str(earlier), "reason": "superseded", "superseded_by": str(later)}
+    ]
+    await consume_run_started_until(topics, group_id, handler, done=lambda: bool(handled))
+    assert dict(handled[0].headers)[letters.REPLAYED_FROM_HEADER] == str(later).encode()
+    original = listing.letters[0].letter
+    copies = await _replayed_copies(topics, original.original_partition, after=original.original_offset)
+    assert [replayed_from for _, replayed_from in copies] == [str(earlier).encode(), str(later).encode()]
+
+
+async def test_a_letter_the_producer_refuses_is_reported_failed_and_the_others_are_still_replayed(
+    topics: KafkaSettings,
+) -> None:
+    """One bad send must not cost the operator the report of the letters that did go back."""
+    fine, huge = _run_started(), _run_started()
+    serde = Serde.from_settings(topics)
+    name = Topics.RUN_STARTED.physical_name(topics)
+
+    def letter_of(value: bytes, offset: int) -> DeadLetter:
+        return DeadLetter(
+            original_topic=name,
+            original_partition=0,
+            original_offset=offset,
+            original_key=b"k",
+            original_value=value,
+            error_code="unknown_org",
+            error_message="organization does not exist",
+            failed_at=fine.occurred_at,
+            service="test",
+            attempts=1,
+            original_headers=(),
+        )
+
+    # 2 MB of zeros: over the producer's 1 MB request limit, yet it fits the dead-letter
+    # topic compressed (as a record from a compressing producer would).
+    oversized = serde.encode(Topics.RUN_STARTED, huge) + bytes(2_000_000)
+    raw = AIOKafkaProducer(
+        bootstrap_servers=topics.bootstrap_servers, compression_type="gzip", max_request_size=8_000_000
+    )
+    await raw.start()
+    try:
+        dead_letters = Topics.DEAD_LETTER.physical_name(topics)
+        await raw.send_and_wait(dead_letters, serde.encode(Topics.DEAD_LETTER, letter_of(oversized, 1)))
+        await raw.send_and_wait(
+            dead_letters, serde.encode(Topics.DEAD_LETTER, letter_of(serde.encode(Topics.RUN_STARTED, fine), 2))
+        )
+    finally:
+        await raw.stop()
+
+    listing = await _listing_with(topics, 2, letters.LetterFilter())
+    too_big, sendable = (stored.position for stored in listing.letters)
+    report = await letters.replay(topics, listing.letters)
+    assert report.failed == [(too_big, "record_too_large")]
+    assert report.replayed == [sendable]
+    copies = await _replayed_copies(topics, 0, after=-1)
+    assert copies == [(serde.encode(Topics.RUN_STARTED, fine), str(sendable).encode())]
