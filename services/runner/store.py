@@ -572,6 +572,9 @@ class RunStore:
                     # This very finish closed it: a retry whose first COMMIT landed but whose answer
                     # was lost (the connection dropped). Counted and announced already.
                     return True
+                if closing is not None and closing.late_finished_at == finish.completed_at:
+                    return False  # this late finish, retried after its COMMIT landed: counted already
+                await _mark_late_finish(session, request, finish.completed_at)
                 await _append_trace_tail(session, request, finish.trace_tail, finish.prompt)
                 await _add_uncounted_usage(session, request, closing, usage, outcome.cost_micros, finish.completed_at)
                 return False
@@ -821,7 +824,7 @@ def _add_usage(session: Session, request: RunRequested, usage: TokenUsage, cost:
     record_usage(session, request.org_id, request.agent_id, at, usage.all_input, usage.output_tokens, cost)
 
 
-_Closing = Row[str | None, int, int, int, datetime | None]
+_Closing = Row[str | None, int, int, int, datetime | None, datetime | None]
 
 
 async def _closing(session: AsyncSession, request: RunRequested) -> _Closing | None:
@@ -834,6 +837,7 @@ async def _closing(session: AsyncSession, request: RunRequested) -> _Closing | N
                 AiAgentRun.tokens_out,
                 AiAgentRun.cost_micros,
                 AiAgentRun.completed_at,
+                AiAgentRun.late_finished_at,
             ).where(AiAgentRun.org_id == request.org_id, AiAgentRun.id == request.run_id)
         )
     ).one_or_none()
@@ -901,6 +905,15 @@ def run_completed(subject: RunSubject, finish: Finish) -> RunCompleted:
         dry_run=request.dry_run,
         started_at=finish.started_at,
         completed_at=finish.completed_at,
+    )
+
+
+async def _mark_late_finish(session: AsyncSession, request: RunRequested, at: datetime) -> None:
+    """Record, with the usage it adds, that this finish came after the row was closed (0030)."""
+    await session.execute(
+        update(AiAgentRun)
+        .where(AiAgentRun.org_id == request.org_id, AiAgentRun.id == request.run_id)
+        .values(late_finished_at=at)
     )
 
 

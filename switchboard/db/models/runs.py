@@ -139,6 +139,9 @@ class AiAgentRun(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     heartbeat_at: Mapped[datetime | None]
     started_at: Mapped[datetime | None]
     completed_at: Mapped[datetime | None]
+    # When a runner finished after a newer attempt had closed the row (lost), and counted
+    # what that closing had not; a retry of the same late finish sees its instant (0030).
+    late_finished_at: Mapped[datetime | None]
 
     parent_run: Mapped[AiAgentRun | None] = relationship(
         remote_side="AiAgentRun.id", foreign_keys=[parent_run_id], lazy="raise"

@@ -194,6 +194,23 @@ async def test_a_superseded_run_that_finishes_late_is_counted_once(rh: RunnerHar
     assert usage is not None and (usage.input_tokens, usage.output_tokens) == (300 + 100, 30 + 10)
 
 
+def _lose_the_answer_of_the_first_finish(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The first terminal transaction commits, then its connection drops before the answer:
+    the runner sees a lost connection and retries. Returns what each finish answered."""
+    real_finish = RunStore.finish
+    calls: list[bool] = []
+
+    async def finish_then_lose_the_answer(self: RunStore, subject: Any, finish: Any) -> bool:
+        announced = await real_finish(self, subject, finish)
+        calls.append(announced)
+        if len(calls) == 1:
+            raise OperationalError("COMMIT", None, ConnectionError("server closed the connection unexpectedly"))
+        return announced
+
+    monkeypatch.setattr(RunStore, "finish", finish_then_lose_the_answer)
+    return calls
+
+
 async def test_a_finish_retried_after_its_commit_landed_counts_and_announces_once(
     rh: RunnerHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -207,17 +224,7 @@ async def test_a_finish_retried_after_its_commit_landed_counts_and_announces_onc
             Reply(text="Encontrei a Ana.", input_tokens=400, output_tokens=40),
         ]
     )
-    real_finish = RunStore.finish
-    calls: list[bool] = []
-
-    async def finish_then_lose_the_answer(self: RunStore, subject: Any, finish: Any) -> bool:
-        announced = await real_finish(self, subject, finish)
-        calls.append(announced)
-        if len(calls) == 1:
-            raise OperationalError("COMMIT", None, ConnectionError("server closed the connection unexpectedly"))
-        return announced
-
-    monkeypatch.setattr(RunStore, "finish", finish_then_lose_the_answer)
+    calls = _lose_the_answer_of_the_first_finish(monkeypatch)
     request = run_request(agent, [inbound(rh.db, agent, "Oi, procura a Ana")])
     row = await rh.run(request)
     deadline = time.monotonic() + 20
@@ -232,6 +239,47 @@ async def test_a_finish_retried_after_its_commit_landed_counts_and_announces_onc
     assert [r.run_id for r in completed] == [request.run_id]
     again = rh.run_row(request)
     assert again is not None and again.tool_calls == row.tool_calls, "no trace entry written twice"
+
+
+async def test_a_late_finish_retried_after_its_commit_landed_counts_its_remainder_once(
+    rh: RunnerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep closed a run as lost (counting its first step) while its runner was in fact still
+    calling the model; the runner then finishes late, counts the rest, and loses the answer of
+    that COMMIT. The retry sees its own late finish on the row (0030) and adds nothing — before,
+    the remainder went into the ledger twice and the trace tail onto the row twice."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script(
+        [
+            tool(SEARCH_CONTACTS, {"query": "Ana"}, input_tokens=300, output_tokens=30),
+            Reply(text="tarde demais", delay_s=2.0, input_tokens=500, output_tokens=50),
+        ]
+    )
+    calls = _lose_the_answer_of_the_first_finish(monkeypatch)
+    request = run_request(agent, [inbound(rh.db, agent, "Oi, procura a Ana")])
+    await rh.submit(request)
+    deadline = time.monotonic() + 20
+    while (row := rh.run_row(request)) is None or row.tokens_in != 300:  # its first step is recorded
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    engine = create_async_engine(rh.db.url.render_as_string(hide_password=False), pool_size=1)
+    try:
+        sweep = RunStore(create_async_sessionmaker(engine), Serde.from_settings(rh.kafka), runner_id="sweep-test")
+        await sweep.close_stale(agent.org_id, request.run_id)
+    finally:
+        await engine.dispose()
+    while len(calls) < 2:
+        assert time.monotonic() < deadline, "the late finish was not retried"
+        await asyncio.sleep(0.05)
+
+    assert calls == [False, False], "a late finish announces nothing, retried or not"
+    usage = rh.usage(agent.org_id)
+    assert usage is not None and (usage.input_tokens, usage.output_tokens) == (800, 80)
+    row = rh.run_row(request)
+    assert row is not None and (row.status, row.error_code) == ("failed", "process_lost")
+    entries = [json.dumps(entry, sort_keys=True) for entry in row.tool_calls]
+    assert len(entries) == len(set(entries)), "no trace entry written twice"
+    assert not [r for t, r in rh.outbox(agent.conversation_id) if t == Topics.RUN_COMPLETED.name]
 
 
 async def test_a_recovery_of_a_run_that_answered_after_all_sends_no_second_reply(rh: RunnerHarness) -> None:
