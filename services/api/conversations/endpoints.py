@@ -192,7 +192,8 @@ async def hand_back(conversation_id: uuid.UUID, ctx: Manager, request: Request) 
 )
 async def take_over(conversation_id: uuid.UUID, ctx: Manager) -> Envelope[ConversationView]:
     """The caller takes the conversation from the agents (status `handoff`, assigned to them); 409
-    `conversation_closed` for a closed one. A run already in flight still finishes and replies."""
+    `conversation_closed` for a closed one. A run already in flight still finishes; what it would
+    send is withheld (the notifier marks it failed, `conversation_with_humans`)."""
     row = await ctx.session.run_sync(
         lambda s: service.take_over(
             s,

@@ -113,11 +113,23 @@ async def test_a_person_takes_the_conversation_over_answers_and_hands_it_back(
     view = taken.json()["data"]
     assert view["status"] == "handoff" and view["assigned_user_id"] == str(world.org.admin_user_id)
     assert view["handoff_at"] is not None
-    # Taken over again (a second click, or a claim from the team): the handoff time is kept.
-    claimed = await api.post(f"{path}:takeover", headers=manager)
+    # Claimed by a second person (a colleague, with their own login): assigned to her, the
+    # handoff time kept — it says when the agents stopped.
+    email, password = f"bea-{uuid.uuid4().hex[:8]}@example.com", "a long enough password"
+    added = await api.post(
+        "/api/v1/members",
+        json={"email": email, "role": "manager", "password": password},
+        headers=world.org.headers(),
+    )
+    assert added.status_code == 201, added.text
+    login = await api.post(
+        "/api/v1/auth/login", json={"email": email, "password": password, "org_id": str(world.org.org_id)}
+    )
+    bea = {"Authorization": f"Bearer {login.json()['data']['token']}"}
+    claimed = await api.post(f"{path}:takeover", headers=bea)
     assert claimed.status_code == 200
     assert claimed.json()["data"]["handoff_at"] == view["handoff_at"]
-    assert claimed.json()["data"]["assigned_user_id"] == str(world.org.admin_user_id)
+    assert claimed.json()["data"]["assigned_user_id"] == added.json()["data"]["user_id"] != view["assigned_user_id"]
     with tenant_session(world.org) as session:
         actions = list(
             session.scalars(
