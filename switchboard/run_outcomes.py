@@ -12,7 +12,7 @@ Two questions every consumer of run outcomes asks, answered once:
   analyses, follow-ups); runs whose messages another run answers — an interrupted run (the
   next run takes its messages), a handed-back or superseded run (recovered), a recovery
   attempt that found the messages answered, a run whose classification filter passed them
-  to another agent.
+  to another agent, a run not run because a person had taken the conversation over.
 
 The codes are the runner's (``services/runner/outcome.py``); a unit test keeps them in step.
 """
@@ -24,8 +24,12 @@ from typing import Final
 from switchboard.contracts import RunCompleted, RunStatus
 from switchboard.contracts.enums import ErrorFamily
 
-# ``run_completed.abort_reason`` of runs whose messages another run answers.
-ANSWERED_ELSEWHERE: Final = frozenset({"interrupted", "already_answered", "classification_mismatch"})
+# ``run_completed.abort_reason`` of a run not run because people own its conversation (a
+# person took it over): the people answer. Also the delivery error of a reply the notifier
+# withheld for the same reason.
+WITH_HUMANS: Final = "conversation_with_humans"
+# ``run_completed.abort_reason`` of runs whose messages another run (or the people) answers.
+ANSWERED_ELSEWHERE: Final = frozenset({"interrupted", "already_answered", "classification_mismatch", WITH_HUMANS})
 # ``error_code`` of a run its runner handed back: the dispatcher recovers it.
 HANDED_BACK_CODES: Final = frozenset({"runner_shutdown", "superseded"})
 

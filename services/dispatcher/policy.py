@@ -76,6 +76,7 @@ from switchboard.contracts import (
     WakeReason,
 )
 from switchboard.observability.logging import get_logger
+from switchboard.run_outcomes import WITH_HUMANS
 
 log = get_logger(__name__)
 
@@ -239,11 +240,23 @@ def on_dispatch(state: ConversationState, dispatch: DispatchRequested, ctx: Cont
     return True
 
 
+def _is_handback(dispatch: DispatchRequested) -> bool:
+    """The API's handback: an assignment that resumes no parked run (an approval's resume names
+    its run, and is not one: the humans still own the chat)."""
+    return (
+        not dispatch.dry_run
+        and dispatch.wake_reason is WakeReason.ASSIGNMENT
+        and dispatch.wake_context.run_id is None
+    )
+
+
 def _handle_dispatch(state: ConversationState, dispatch: DispatchRequested, ctx: Context, t: Transition) -> None:
+    if _is_handback(dispatch):
+        # Remembered whatever this dispatch's outcome (no agent may listen to assignment): a
+        # handoff outcome of a run dispatched before it arrives late, and must not undo it.
+        state.handed_back_at = ctx.now
     if state.human_owned and not dispatch.dry_run:
-        # Only a handback gives the conversation back: an assignment that resumes a run parked
-        # for an approval (wake_context.run_id) is not one, the humans still own the chat.
-        if dispatch.wake_reason is not WakeReason.ASSIGNMENT or dispatch.wake_context.run_id is not None:
+        if not _is_handback(dispatch):
             t.decisions.append(_decision(state, dispatch, DispatchOutcome.CONV_BUSY, ctx, reason=HANDED_OFF_REASON))
             return
         state.human_owned = False  # handed back: this dispatch wakes the agents again
@@ -658,8 +671,12 @@ def on_run_completed(state: ConversationState, completed: RunCompleted, ctx: Con
             for d in active.dispatches[active.requested_count :]
             if d.message is not None and d.message.message_id not in answered
         ]
-    if completed.status is RunStatus.HANDOFF:
-        # Humans own the conversation now: no agent answers what was waiting, nor what comes next.
+    people_took_it = completed.status is RunStatus.HANDOFF or (
+        completed.status is RunStatus.ABORTED and completed.abort_reason == WITH_HUMANS
+    )
+    if people_took_it and not _handed_back_during(state, active):
+        # Humans own the conversation now (the run handed it off, or found a person had taken it
+        # over): no agent answers what was waiting, nor what comes next.
         state.human_owned = True
         for item in [*carried, *state.pending]:
             t.decisions.append(
@@ -674,6 +691,13 @@ def on_run_completed(state: ConversationState, completed: RunCompleted, ctx: Con
         state.continues_run_id = active.run_id
     _start_due(state, ctx, t)
     return True
+
+
+def _handed_back_during(state: ConversationState, run: ActiveRun) -> bool:
+    """A handback arrived after ``run`` was dispatched: the people gave the conversation back
+    before this run's handoff outcome reached us (the topics are not ordered with each other),
+    so it is the agents' again."""
+    return state.handed_back_at is not None and state.handed_back_at >= run.dispatched_at
 
 
 def _drop_pending(state: ConversationState) -> None:

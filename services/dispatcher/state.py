@@ -134,6 +134,9 @@ class ConversationState(_Model):
     # Humans own the conversation (a run ended in handoff): every dispatch gets a conv_busy
     # decision until one with wake reason ``assignment`` (the API's handback) clears it.
     human_owned: bool = False
+    # When the last handback (an ``assignment`` resuming no run) was handled: a handoff outcome
+    # of a run dispatched before it is older news and leaves the conversation to the agents.
+    handed_back_at: datetime | None = None
     updated_at: datetime
 
     @classmethod

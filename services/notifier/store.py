@@ -39,10 +39,11 @@ from switchboard.db.session import async_tenant_transaction
 from switchboard.internal_chats import is_internal_chat
 from switchboard.observability.scrubbing import scrub_text
 from switchboard.rotation import channel_session_aad
+from switchboard.run_outcomes import WITH_HUMANS
 
 ERROR_MESSAGE_LIMIT = 500
 # Why a run's reply or queued message was not sent: people own the conversation (``_withhold``).
-WITHHELD_ERROR = "conversation_with_humans"
+WITHHELD_ERROR = WITH_HUMANS
 # How long a channel session's route (and its opened API key) is reused before it is read again:
 # a send per reply would otherwise cost a query and an AES-GCM open. A session's new API key or
 # base URL reaches the sends this much later (docs/notifier.md "Routes").

@@ -57,6 +57,7 @@ from services.runner.outcome import (
     ALREADY_ANSWERED,
     RUNNER_SHUTDOWN,
     SUPERSEDED,
+    WITH_HUMANS,
     HandoffRequest,
     LoopOutcome,
     OutcomeKind,
@@ -108,6 +109,7 @@ class RunHandle:
     loop: AgentLoop | None = None
     autonomy: RunAutonomy | None = None  # issue 6: autonomy gate state (docs/autonomy.md)
     answered_by: uuid.UUID | None = None  # a recovery attempt whose messages were answered already
+    with_humans: bool = False  # people had taken the conversation over when it was claimed
     accepted_at: float = field(default_factory=time.monotonic)
     trace: _Trace | None = None  # the run's trace sink, once its loop is built
 
@@ -185,6 +187,13 @@ class RunExecutor:
                 OutcomeKind.ABORTED,
                 abort_reason=ALREADY_ANSWERED,
                 summary=f"Not run: run {handle.answered_by} already answered these messages.",
+            )
+        elif handle.with_humans:
+            log.info("people own the conversation; nothing to do", extra=labels)
+            preset = LoopOutcome(
+                OutcomeKind.ABORTED,
+                abort_reason=WITH_HUMANS,
+                summary="Not run: a person had taken the conversation over.",
             )
         if preset is not None and preset.handoff is not None:
             events.debug("handoff_keyword", f"matched {preset.handoff.matched_keyword!r} before any model call")
@@ -281,6 +290,7 @@ class RunExecutor:
             if claim.state is ClaimState.CREATED:
                 assert claim.subject is not None
                 handle.answered_by = claim.answered_by
+                handle.with_humans = claim.with_humans
                 start, preset = decided[-1]
                 resolved = claim.resolved
                 if isinstance(resolved, NoCredential):

@@ -16,6 +16,7 @@ was delivered: a run that ends without a reply is ``completed`` / ``empty`` /
 | doom loop (> 5 identical calls)           | aborted   | looping    | -                 |
 | silence watchdog                          | aborted   | stalled    | silentRun         |
 | interrupt from steering                   | aborted   | alive      | -                 |
+| people own the conversation (not run)     | aborted   | completed  | -                 |
 | provider errors after retries             | failed    | failed     | transientUpstream |
 | invalid / revoked key, bad request, bug   | failed    | failed     | unknown           |
 | handed back at shutdown                   | failed    | dead       | processLost       |
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from services.runner.providers.base import TokenUsage
+from switchboard import run_outcomes
 from switchboard.contracts.enums import ErrorFamily, HandoffTrigger, RunStatus, Urgency, Vitality
 
 
@@ -50,6 +52,9 @@ ALREADY_ANSWERED = "already_answered"
 # The version's classification filter refused the messages; they went to the next agent
 # (services/runner/label_filter.py, docs/agent-context.md).
 CLASSIFICATION_MISMATCH = "classification_mismatch"
+# The conversation was ``handoff`` when the run was claimed (a person took it over after the
+# run was requested): nothing is run, the people answer (``switchboard.run_outcomes``).
+WITH_HUMANS = run_outcomes.WITH_HUMANS
 
 
 # Abort reasons (``ai_agent_runs.abort_reason``, ``run_completed.abort_reason``).
@@ -117,6 +122,7 @@ _ABORT_FAMILIES = {
     INTERRUPTED: (Vitality.ALIVE, None),
     ALREADY_ANSWERED: (Vitality.COMPLETED, None),
     CLASSIFICATION_MISMATCH: (Vitality.COMPLETED, None),
+    WITH_HUMANS: (Vitality.COMPLETED, None),
 }
 
 

@@ -51,7 +51,7 @@ from switchboard.contracts import (
     Topics,
 )
 from switchboard.contracts.enums import RunStatus
-from switchboard.db.enums import ACTIVE_RUN_STATUSES, CredentialValidation
+from switchboard.db.enums import ACTIVE_RUN_STATUSES, ConversationStatus, CredentialValidation
 from switchboard.db.models import (
     AiAgent,
     AiAgentRun,
@@ -122,7 +122,7 @@ RETURNING id
 # FOR NO KEY UPDATE: serializes the conversation's outbox writers (the webhook's upsert takes the
 # same lock) without blocking the foreign-key checks of rows that reference it.
 _LOCK_CONVERSATION = text(
-    "SELECT id FROM conversations WHERE org_id = :org_id AND id = :conversation_id FOR NO KEY UPDATE"
+    "SELECT status FROM conversations WHERE org_id = :org_id AND id = :conversation_id FOR NO KEY UPDATE"
 ).bindparams(bindparam("org_id", type_=_UUID), bindparam("conversation_id", type_=_UUID))
 PRICE_CACHE_S = 300.0
 T = TypeVar("T")
@@ -154,6 +154,8 @@ class Claim(Generic[T]):
     existing_status: str | None = None
     # A recovery attempt whose messages another run of the conversation already answered.
     answered_by: uuid.UUID | None = None
+    # The conversation was ``handoff`` (people own it) when the run was claimed: not to be run.
+    with_humans: bool = False
     # CREATED: what the start plan's resolver returned.
     resolved: T | None = None
 
@@ -278,13 +280,24 @@ class RunStore:
             # Locked before the start time is taken: a run of this conversation that is finishing holds
             # the lock until its terminal commit, so this run starts after that one ended — in the
             # row's timestamps too (the chaos test checks no two runs of a conversation overlap).
-            await self._lock_conversation(session, request)
+            # Read under the lock a takeover takes too: a person who took the conversation over
+            # before this claim is seen here, one who does it after interrupts the run (steering).
+            with_humans = (
+                await self._lock_conversation(session, request) == ConversationStatus.HANDOFF.value
+                and not request.dry_run
+            )
             for _ in range(2):
                 start = plan(subject)  # after a lost run was closed below, so it starts after that end
                 if await self._insert_running(session, request, loaded, start):
                     answered_by = await self._answered_by(session, request)
                     resolved = await self._start(session, subject, start)
-                    return Claim(ClaimState.CREATED, subject=subject, answered_by=answered_by, resolved=resolved)
+                    return Claim(
+                        ClaimState.CREATED,
+                        subject=subject,
+                        answered_by=answered_by,
+                        with_humans=with_humans,
+                        resolved=resolved,
+                    )
                 busy = await self._active_run(session, request)
                 if busy is None:
                     continue  # it ended between the two statements
@@ -775,8 +788,9 @@ class RunStore:
         return price
 
     @staticmethod
-    async def _lock_conversation(session: AsyncSession, request: RunRequested) -> None:
-        await session.execute(
+    async def _lock_conversation(session: AsyncSession, request: RunRequested) -> str | None:
+        """Lock the run's conversation row (a takeover locks it too); its status, None without one."""
+        return await session.scalar(
             _LOCK_CONVERSATION, {"org_id": request.org_id, "conversation_id": request.conversation_id}
         )
 

@@ -16,7 +16,7 @@ from switchboard.contracts.enums import ErrorFamily, Vitality
 
 
 def test_the_abort_reasons_answered_elsewhere_are_the_runners() -> None:
-    runners = {outcome.INTERRUPTED, outcome.ALREADY_ANSWERED, outcome.CLASSIFICATION_MISMATCH}
+    runners = {outcome.INTERRUPTED, outcome.ALREADY_ANSWERED, outcome.CLASSIFICATION_MISMATCH, outcome.WITH_HUMANS}
     assert runners == run_outcomes.ANSWERED_ELSEWHERE
 
 

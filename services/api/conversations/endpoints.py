@@ -190,13 +190,15 @@ async def hand_back(conversation_id: uuid.UUID, ctx: Manager, request: Request) 
     response_model=Envelope[ConversationView],
     responses=error_responses(Unauthorized, Forbidden, NotFound, Conflict, ValidationFailed),
 )
-async def take_over(conversation_id: uuid.UUID, ctx: Manager) -> Envelope[ConversationView]:
+async def take_over(conversation_id: uuid.UUID, ctx: Manager, request: Request) -> Envelope[ConversationView]:
     """The caller takes the conversation from the agents (status `handoff`, assigned to them); 409
-    `conversation_closed` for a closed one. A run already in flight still finishes; what it would
-    send is withheld (the notifier marks it failed, `conversation_with_humans`)."""
+    `conversation_closed` for a closed one. A run in flight is asked to stop at its next step, and
+    whatever it still sends is withheld (the notifier marks it failed, `conversation_with_humans`)."""
+    serde: Serde = request.app.state.serde
     row = await ctx.session.run_sync(
         lambda s: service.take_over(
             s,
+            serde,
             org_id=ctx.org_id,
             conversation_id=conversation_id,
             actor_user_id=ctx.principal.user_id,

@@ -7,7 +7,9 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from switchboard.db.enums import ACTIVE_RUN_STATUSES
 from switchboard.db.models.channels import Conversation
+from switchboard.db.models.runs import AiAgentRun
 
 
 def by_id(
@@ -17,3 +19,15 @@ def by_id(
     if for_update:
         query = query.with_for_update()
     return session.scalars(query).one_or_none()
+
+
+def active_run_id(session: Session, org_id: uuid.UUID, conversation_id: uuid.UUID) -> uuid.UUID | None:
+    """The conversation's one active (not dry) run, if any: the unique index allows one."""
+    return session.scalars(
+        select(AiAgentRun.id).where(
+            AiAgentRun.org_id == org_id,
+            AiAgentRun.conversation_id == conversation_id,
+            AiAgentRun.status.in_(ACTIVE_RUN_STATUSES),
+            AiAgentRun.is_dry_run.is_(False),
+        )
+    ).first()

@@ -10,9 +10,10 @@ whose trigger listens to ``assignment``.
 A person can also take a conversation over without a handoff (after a
 ``conversation.unanswered`` notice, or to answer a customer themselves): the same
 ``handoff`` status, assigned to them. Ingest stops dispatching at once; a run already
-in flight finishes, but the notifier withholds what it would send (``conversation_with_humans``,
-docs/notifier.md) — stopping the run itself would need a dispatcher record the contract
-does not have.
+in flight is asked to stop (a ``steering`` interrupt, in the same transaction: it stops at
+its next turn boundary) and the notifier withholds whatever it still sends
+(``conversation_with_humans``, docs/notifier.md); a run claimed after the takeover finds
+the conversation with humans and is not run (docs/runner.md).
 Functions never commit (the request does).
 """
 
@@ -26,11 +27,14 @@ from sqlalchemy.orm import Session
 
 from services.api.conversations import repository
 from services.api.core.errors import Conflict, NotFound
-from switchboard.contracts import DispatchRequested, Serde, Topics, WakeContext, WakeReason
+from switchboard.contracts import DispatchRequested, Serde, SteeringMessage, Topics, WakeContext, WakeReason
+from switchboard.contracts.enums import SteeringKind
 from switchboard.db.audit import record_audit
 from switchboard.db.enums import ConversationStatus
 from switchboard.db.models.channels import Conversation
 from switchboard.db.outbox import enqueue_record
+
+TAKEOVER_INTERRUPT_TEXT = "A person took the conversation over."
 
 
 class NotHandedOff(Conflict):
@@ -58,6 +62,7 @@ def get_conversation(session: Session, *, org_id: uuid.UUID, conversation_id: uu
 
 def take_over(
     session: Session,
+    serde: Serde,
     *,
     org_id: uuid.UUID,
     conversation_id: uuid.UUID,
@@ -67,6 +72,8 @@ def take_over(
     """The caller takes the conversation: ``handoff``, assigned to them. Taking over one
     already handed off assigns it to the caller (claiming it from the team); the handoff
     time is kept, it says when the agents stopped."""
+    # The runner's claim locks the same row: a run is either claimed before (and found below)
+    # or after (and sees the handoff status).
     row = repository.by_id(session, org_id, conversation_id, for_update=True)
     if row is None:
         raise NotFound("No such conversation")
@@ -76,6 +83,21 @@ def take_over(
     if previous != ConversationStatus.HANDOFF.value:
         row.status = ConversationStatus.HANDOFF.value
         row.handoff_at = datetime.now(UTC)
+    interrupted = repository.active_run_id(session, org_id, conversation_id)
+    if interrupted is not None:
+        enqueue_record(
+            session,
+            Topics.STEERING,
+            SteeringMessage(
+                org_id=org_id,
+                request_id=request_id,
+                conversation_id=conversation_id,
+                run_id=interrupted,
+                kind=SteeringKind.INTERRUPT,
+                text=TAKEOVER_INTERRUPT_TEXT,
+            ),
+            serde=serde,
+        )
     if actor_user_id is not None:  # a token with no person behind it assigns no one
         row.assigned_user_id = actor_user_id
     record_audit(
@@ -85,7 +107,7 @@ def take_over(
         actor_user_id=actor_user_id,
         target_type="conversation",
         target_id=row.id,
-        details={"previous_status": previous},
+        details={"previous_status": previous, "interrupted_run_id": str(interrupted) if interrupted else None},
         request_id=request_id,
     )
     session.flush()

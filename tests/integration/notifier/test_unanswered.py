@@ -9,13 +9,15 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from scripts.channel_server import ChannelServer
-from switchboard.contracts import Record, RunStatus, Topics, TopicSpec
-from switchboard.contracts.enums import ErrorFamily, Vitality
+from switchboard.contracts import Record, RunStatus, Serde, Topics, TopicSpec
+from switchboard.contracts.enums import ErrorFamily, SteeringKind, Vitality
 from switchboard.db.enums import Role
+from switchboard.db.models import AiAgentRun, OutboxEvent
 from switchboard.db.models.audit import AuditLogEntry
+from switchboard.settings import KafkaSettings
 from tests.integration.notifier.conftest import RunningNotifier, WebhookReceiver, World, eventually
 from tests.integration.notifier.test_handoff import notifications, set_webhook, verify
 from tests.support.agents import tenant_session
@@ -201,3 +203,40 @@ async def test_a_run_that_ends_after_a_person_took_over_sends_nothing_and_its_re
     await publish(Topics.RUN_COMPLETED, after)
     await eventually(lambda: [d.status for d in world.deliveries(after.run_id)], lambda s: s == ["sent"])
     assert [s.text for s in channel.received] == ["Voltei: posso ajudar?"]
+
+
+async def test_a_takeover_asks_the_run_in_flight_to_stop(world: World, api: httpx.AsyncClient) -> None:
+    """The run still going when a person takes over gets a steering interrupt, in the takeover's
+    own transaction (outbox): it stops at its next step instead of spending on a reply nobody
+    will send. A takeover with no run going asks nothing."""
+    path = f"/api/v1/conversations/{world.conversation_id}"
+    finished = world.run(text="Respondido.")
+    going = world.run(status=RunStatus.RUNNING, text=None)
+    taken = await api.post(f"{path}:takeover", headers=world.org.headers(Role.MANAGER))
+    assert taken.status_code == 200, taken.text
+    serde = Serde.from_settings(KafkaSettings())
+    with tenant_session(world.org) as session:
+        payloads = session.scalars(
+            select(OutboxEvent.payload).where(
+                OutboxEvent.topic == Topics.STEERING.name, OutboxEvent.key == str(world.conversation_id).encode()
+            )
+        ).all()
+        details = session.scalars(
+            select(AuditLogEntry.details).where(AuditLogEntry.target_id == str(world.conversation_id))
+        ).all()
+    [interrupt] = [serde.decode(Topics.STEERING, bytes(p)) for p in payloads]
+    assert (interrupt.run_id, interrupt.kind) == (going.run_id, SteeringKind.INTERRUPT)
+    assert interrupt.run_id != finished.run_id
+    assert [d["interrupted_run_id"] for d in details] == [str(going.run_id)]
+
+    with tenant_session(world.org) as session:
+        session.execute(update(AiAgentRun).where(AiAgentRun.id == going.run_id).values(status=RunStatus.ABORTED.value))
+    again = await api.post(f"{path}:takeover", headers=world.org.headers(Role.MANAGER))
+    assert again.status_code == 200
+    with tenant_session(world.org) as session:
+        steering = session.scalars(
+            select(OutboxEvent.id).where(
+                OutboxEvent.topic == Topics.STEERING.name, OutboxEvent.key == str(world.conversation_id).encode()
+            )
+        ).all()
+    assert len(steering) == 1, "no run going: nothing asked to stop"

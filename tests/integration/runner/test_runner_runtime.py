@@ -304,6 +304,35 @@ async def test_a_recovery_of_a_run_that_answered_after_all_sends_no_second_reply
     assert rh.run_row(first).status == "completed"  # type: ignore[union-attr]
 
 
+async def test_a_run_claimed_after_a_person_took_the_conversation_over_is_not_run(rh: RunnerHarness) -> None:
+    """The dispatcher does not know about a takeover through the API: a follow-up it requested
+    for a message that was waiting reaches the runner after it. The claim reads the conversation
+    under its lock, runs nothing (no model call, no tool, no reply) and says why, so the
+    dispatcher hands the rest of the conversation to the people."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    rh.fake.script([Reply(text="não devia responder")])
+    message = inbound(rh.db, agent, "Ainda aí?")
+    rh.scalar(
+        agent.org_id,
+        "UPDATE conversations SET status = 'handoff', handoff_at = now() WHERE id = :c RETURNING id",
+        c=agent.conversation_id,
+    )
+    calls = len(rh.fake.received)
+    request = run_request(agent, [message])
+    row = await rh.run(request)
+    assert (row.status, row.abort_reason, row.final_text) == ("aborted", "conversation_with_humans", None)
+    assert row.tokens_in == 0 and len(rh.fake.received) == calls, "no model call"
+    [completed] = [r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted)]
+    assert (completed.run_id, completed.abort_reason, completed.would_send_to) == (
+        request.run_id,
+        "conversation_with_humans",
+        None,
+    )
+
+    dry = run_request(agent, [message]).model_copy(update={"dry_run": True})
+    assert (await rh.run(dry)).status == "completed", "a test run (dry) still runs: it sends nothing anyway"
+
+
 async def test_a_recovery_whose_parent_never_got_a_row_records_it_as_lost(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
     rh.fake.script([Reply(text="tentativa 3")])
