@@ -28,8 +28,11 @@ from switchboard.contracts.enums import ErrorFamily
 # person took it over): the people answer. Also the delivery error of a reply the notifier
 # withheld for the same reason.
 WITH_HUMANS: Final = "conversation_with_humans"
+# ``run_completed.abort_reason`` of a run stopped by a steering interrupt (the dispatcher's,
+# for a newer message, or a takeover's).
+INTERRUPTED: Final = "interrupted"
 # ``run_completed.abort_reason`` of runs whose messages another run (or the people) answers.
-ANSWERED_ELSEWHERE: Final = frozenset({"interrupted", "already_answered", "classification_mismatch", WITH_HUMANS})
+ANSWERED_ELSEWHERE: Final = frozenset({INTERRUPTED, "already_answered", "classification_mismatch", WITH_HUMANS})
 # ``error_code`` of a run its runner handed back: the dispatcher recovers it.
 HANDED_BACK_CODES: Final = frozenset({"runner_shutdown", "superseded"})
 

@@ -76,7 +76,7 @@ from switchboard.contracts import (
     WakeReason,
 )
 from switchboard.observability.logging import get_logger
-from switchboard.run_outcomes import WITH_HUMANS
+from switchboard.run_outcomes import INTERRUPTED, WITH_HUMANS
 
 log = get_logger(__name__)
 
@@ -658,13 +658,22 @@ def on_run_completed(state: ConversationState, completed: RunCompleted, ctx: Con
     state.close_run(active.run_id)
     state.active = None
     carried: list[PendingDispatch] = []
-    interrupted = active.interrupt_requested and completed.status is RunStatus.ABORTED
+    # Stopped by our interrupt, not aborted for another reason while the interrupt was on its
+    # way (a classification refusal re-dispatched its messages to the next agent already).
+    interrupted = (
+        active.interrupt_requested
+        and completed.status is RunStatus.ABORTED
+        and completed.abort_reason == INTERRUPTED
+    )
+    own_messages = any(d.message is not None for d in active.dispatches[: active.requested_count])
     if interrupted:
         # Stopped by our interrupt before answering: its messages go into the next run, first.
         carried = [PendingDispatch(dispatch=d, queued_at=ctx.now, deferral_reported=True) for d in active.dispatches]
-    elif completed.message_ids:
+    elif completed.message_ids or not own_messages:
         # A steered message the run never consumed (it ended first) gets a follow-up run.
-        # Only judged when the runner lists what it answered; an empty list says nothing.
+        # Judged when the runner lists what it answered, or when the run had no message of its
+        # own (a follow-up, a handback): then an empty list means it took in none. (A run with
+        # messages and an empty list is from a runner before the list existed: it says nothing.)
         answered = set(completed.message_ids)
         carried = [
             PendingDispatch(dispatch=d, queued_at=ctx.now, deferral_reported=True)

@@ -58,7 +58,7 @@ WITH_HUMANS = run_outcomes.WITH_HUMANS
 
 
 # Abort reasons (``ai_agent_runs.abort_reason``, ``run_completed.abort_reason``).
-INTERRUPTED = "interrupted"
+INTERRUPTED = run_outcomes.INTERRUPTED
 SILENCE_TIMEOUT = "silence_timeout"
 LOOPING = "looping"
 HANDED_BACK = "handed_back"

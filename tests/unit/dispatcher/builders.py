@@ -173,6 +173,7 @@ def completed(
     status: RunStatus = RunStatus.COMPLETED,
     message_ids: tuple[uuid.UUID, ...] = (),
     error_family: ErrorFamily | None = None,
+    abort_reason: str | None = None,
     dry_run: bool = False,
     at: datetime = T0,
 ) -> RunCompleted:
@@ -189,6 +190,7 @@ def completed(
         status=status,
         vitality=Vitality.COMPLETED if status is RunStatus.COMPLETED else Vitality.FAILED,
         error_family=error_family,
+        abort_reason=abort_reason,
         provider="demo",
         model="demo-1",
         tokens_in=1,

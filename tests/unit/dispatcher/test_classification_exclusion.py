@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from services.dispatcher.selection import select
-from switchboard.contracts import ConcurrencyPolicy, DispatchOutcome, DispatchRequested
+from switchboard.contracts import ConcurrencyPolicy, DispatchOutcome, DispatchRequested, RunStatus
 from tests.unit.dispatcher.builders import T0, agent_id, completed, dispatch, index_of, snapshot
 from tests.unit.dispatcher.test_policy import Conv, outcomes, runs
 
@@ -70,3 +70,35 @@ def test_when_every_agent_is_excluded_the_dispatcher_records_no_match() -> None:
     assert outcomes(conv.send(again, at=T0 + timedelta(seconds=1))) == [DispatchOutcome.NO_MATCH]
     done = conv.send(completed(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=2))
     assert runs(done) == []
+
+
+def test_a_refusal_while_our_interrupt_was_on_its_way_sends_its_message_to_the_next_agent_only() -> None:
+    """The customer's second message asked the run to stop; the run had already refused the first
+    on classification and re-dispatched it without its agent. That abort is not our interrupt:
+    putting the first message back in front would have the refusing agent answer it after all,
+    and the next agent too (two replies)."""
+    conv = Conv(index_of(snapshot(1, priority=10, policy=ConcurrencyPolicy.INTERRUPT), snapshot(2)))
+    first = dispatch("quero pagar o boleto")
+    (run,) = runs(conv.send(first))
+    assert outcomes(conv.send(dispatch("e o código de barras?"), at=T0 + timedelta(seconds=1))) == [
+        DispatchOutcome.INTERRUPTED
+    ]
+    again = first.model_copy(update={"event_id": uuid.uuid4(), "excluded_agent_ids": (agent_id(1),)})
+    conv.send(again, at=T0 + timedelta(seconds=1.5))
+    refused = completed(run.run_id, run.agent_id, run.version_id, status=RunStatus.ABORTED).model_copy(
+        update={"abort_reason": "classification_mismatch"}
+    )
+    answers: list[tuple[uuid.UUID, str]] = []
+    done = conv.send(refused, at=T0 + timedelta(seconds=2))
+    for step in range(2, 6):
+        started = runs(done)
+        if not started:
+            break
+        (next_run,) = started
+        answers += [(next_run.agent_id, m.text) for m in next_run.messages]
+        done = conv.send(
+            completed(next_run.run_id, next_run.agent_id, next_run.version_id), at=T0 + timedelta(seconds=step + 1)
+        )
+    assert answers == [(agent_id(1), "e o código de barras?"), (agent_id(2), "quero pagar o boleto")], (
+        "the refused message goes to the next agent only; the second message stays with the first agent"
+    )

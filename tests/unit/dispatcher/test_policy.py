@@ -28,6 +28,7 @@ from switchboard.contracts import (
     SteeringKind,
     SteeringMessage,
     Topics,
+    TriggerConfig,
     WakeReason,
 )
 from tests.unit.dispatcher.builders import (
@@ -232,6 +233,20 @@ def test_steer_a_consumed_or_unreported_message_is_answered_by_the_run(listed: s
     assert runs(done) == []
 
 
+def test_steer_into_a_run_with_no_message_of_its_own_that_never_took_it_in_gets_a_follow_up_run() -> None:
+    """A follow-up (no customer message) is running; the customer writes and is steered into it;
+    the run ends before its next turn boundary. It lists no message — nothing it took in — and
+    that is news here (the run had none of its own), so the message is answered by a next run."""
+    trigger = TriggerConfig(event_types=("message", "follow_up"))
+    conv = Conv(index_of(snapshot(1, trigger=trigger, policy=ConcurrencyPolicy.STEER)), FAST)
+    (run,) = runs(conv.send(dispatch(wake=WakeReason.FOLLOW_UP, target=snapshot(1).agent_id)))
+    late = dispatch("oi, ainda tem horário?")
+    assert outcomes(conv.send(late, at=T0 + timedelta(seconds=1))) == [DispatchOutcome.STEERED]
+    done = conv.send(completed(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=2))
+    (follow_up,) = runs(done)
+    assert follow_up.messages == (late.message,)
+
+
 def test_steer_without_a_message_is_queued() -> None:
     conv, _ = start_busy(ConcurrencyPolicy.STEER)
     t = conv.send(dispatch(wake=WakeReason.ASSIGNMENT, target=snapshot(1).agent_id))
@@ -257,7 +272,9 @@ def test_interrupt_stops_once_then_one_new_run_answers_every_message() -> None:
     assert [s.kind for s in steering(first)] == [SteeringKind.INTERRUPT]
     assert steering(second) == [], "one interrupt per run"
     assert outcomes(second) == [DispatchOutcome.INTERRUPTED]
-    stopped = conv.send(completed(run.run_id, run.agent_id, run.version_id, status=RunStatus.ABORTED))
+    stopped = conv.send(
+        completed(run.run_id, run.agent_id, run.version_id, status=RunStatus.ABORTED, abort_reason="interrupted")
+    )
     (restart,) = runs(stopped)
     assert restart.messages == (run.messages[0], b.message, c.message)
     assert restart.parent_run_id == run.run_id, "the new run continues the interrupted one"
