@@ -209,11 +209,7 @@ class RunExecutor:
             return
         except Exception as exc:  # a bug or the database: record it, never leak its text
             log.error("run crashed", extra={**labels, "error": type(exc).__name__}, exc_info=True)
-            outcome = LoopOutcome(
-                OutcomeKind.FAILED,
-                failure=RunFailure("runner_error", f"internal error ({type(exc).__name__})", ErrorFamily.UNKNOWN),
-                summary="Failed: internal error in the runner.",
-            )
+            outcome = self._crashed(handle, exc)
         await self._finish(
             subject,
             outcome,
@@ -623,6 +619,22 @@ class RunExecutor:
             },
         )
 
+    @staticmethod
+    def _crashed(handle: RunHandle, exc: Exception) -> LoopOutcome:
+        """A run failed by an error of ours, with what it had spent and done so far: the provider
+        billed every step the loop counted (before, the row and the ledger got zeros)."""
+        failed = LoopOutcome(
+            OutcomeKind.FAILED,
+            failure=RunFailure("runner_error", f"internal error ({type(exc).__name__})", ErrorFamily.UNKNOWN),
+            summary="Failed: internal error in the runner.",
+        )
+        if handle.loop is None:
+            return failed
+        unsaved, so_far = handle.loop.abandon("internal error in the runner")
+        if handle.trace is not None:
+            handle.trace.keep(unsaved)
+        return replace(so_far, kind=failed.kind, failure=failed.failure, summary=failed.summary, final_text=None)
+
     async def _hand_back(self, handle: RunHandle, subject: RunSubject, started_at: datetime, clock: float) -> None:
         entries: list[dict[str, object]] = []
         prompt: dict[str, Any] | None = None
@@ -787,7 +799,16 @@ class _Trace:
             self._tail.extend(entries)
             return
         prompt, self._prompt = self._prompt, None
-        await self._store.append_trace(self._request, entries, steps=steps, usage=usage, cost=cost, prompt=prompt)
+        # Retried like every transaction of the run: a database blip between two steps must not
+        # fail a run the provider is answering (a retry after a COMMIT that landed but whose
+        # answer was lost would append these entries twice; the usage columns are set, not added).
+        await _with_db_retries(
+            lambda: self._store.append_trace(self._request, entries, steps=steps, usage=usage, cost=cost, prompt=prompt)
+        )
+
+    def keep(self, entries: list[dict[str, object]]) -> None:
+        """Entries the terminal transaction is to write (a crashed loop's unsaved trace)."""
+        self._tail.extend(entries)
 
     def closing(self) -> tuple[list[dict[str, object]], dict[str, Any] | None]:
         """What the terminal transaction writes: the kept entries and the prompt not written yet."""

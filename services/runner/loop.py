@@ -534,8 +534,11 @@ class AgentLoop:
         self._pending.append({"step": self._steps, "kind": "guard", "name": name, "detail": detail, "at": _now()})
 
     async def _flush_trace(self, *, final: bool = False) -> None:
-        entries, self._pending = self._pending, []
+        entries = list(self._pending)
         await self._trace.append(entries, steps=self._steps, usage=self._usage, cost=self._cost, final=final)
+        # Dropped only once written: a failed write leaves them for abandon(), so a run that
+        # crashes here still records its trace with its finish.
+        self._pending = self._pending[len(entries) :]
 
     def _touch(self) -> None:
         if self._watchdog is not None:

@@ -211,6 +211,40 @@ def _lose_the_answer_of_the_first_finish(monkeypatch: pytest.MonkeyPatch) -> lis
     return calls
 
 
+async def test_a_run_that_crashes_between_steps_keeps_what_it_spent_and_its_trace(
+    rh: RunnerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug of ours (here: writing the trace after the first step raises) fails the run — and the
+    failed row, the usage ledger and the trace still hold the step the provider billed. Before, the
+    closing wrote zeros over the row's usage, counted nothing, and the step's trace was lost."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script(
+        [
+            tool(SEARCH_CONTACTS, {"query": "Ana"}, input_tokens=300, output_tokens=30),
+            Reply(text="nunca chega", input_tokens=400, output_tokens=40),
+        ]
+    )
+
+    async def broken_append(self: RunStore, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug in the trace writer")
+
+    monkeypatch.setattr(RunStore, "append_trace", broken_append)
+    request = run_request(agent, [inbound(rh.db, agent, "Oi, procura a Ana")])
+    row = await rh.run(request)
+    assert (row.status, row.error_code) == ("failed", "runner_error")
+    assert (row.tokens_in, row.tokens_out) == (300, 30) and row.cost_micros > 0
+    usage = rh.usage(agent.org_id)
+    assert usage is not None and (usage.input_tokens, usage.output_tokens, usage.cost_micros) == (
+        300,
+        30,
+        row.cost_micros,
+    )
+    kinds = [entry.get("kind") for entry in row.tool_calls]
+    assert "model" in kinds and "tool" in kinds, f"the billed step is in the trace: {kinds}"
+    [completed] = [r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted)]
+    assert (completed.tokens_in, completed.cost_micro_usd) == (300, row.cost_micros)
+
+
 async def test_a_finish_retried_after_its_commit_landed_counts_and_announces_once(
     rh: RunnerHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
