@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, exists, select, text, update
+from sqlalchemy import bindparam, exists, or_, select, text, update
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -25,7 +25,7 @@ from services.notifier.metrics import MESSAGES_DELIVERED
 from switchboard.contracts import HandoffTriggered, HumanMessageRequested, RunCompleted, SendTarget
 from switchboard.crypto import CryptoError, KeyRing, Sealed
 from switchboard.db.enums import ConversationStatus, MessageDeliveryStatus, MessageDirection, MessageSender
-from switchboard.db.models import ChannelSession, Conversation, Message
+from switchboard.db.models import AiAgentRun, ChannelSession, Conversation, Message
 from switchboard.db.models.notifications import (
     DeliveryKind,
     DeliveryState,
@@ -248,7 +248,7 @@ class NotifierStore:
         org_id = completed.org_id
         reply = _reply_values(completed)
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            with_humans = await self._with_humans(session, org_id, completed.conversation_id)
+            with_humans = await self._with_humans(session, org_id, completed.conversation_id, completed.started_at)
             if reply is None:
                 candidates = await self._intents(session, org_id, completed.run_id)
             else:
@@ -268,15 +268,24 @@ class NotifierStore:
                 return RunClaims([], await self._withhold(session, org_id, completed.run_id, candidates))
             return RunClaims(await self._claim(session, org_id, completed.run_id, candidates), 0)
 
-    async def _with_humans(self, session: AsyncSession, org_id: uuid.UUID, conversation_id: uuid.UUID) -> bool:
-        """Whether people own the conversation; the row is share-locked until the claim commits, so a
-        takeover either comes first (and is seen) or waits for the claim."""
-        status = await session.scalar(
-            select(Conversation.status)
-            .where(Conversation.org_id == org_id, Conversation.id == conversation_id)
-            .with_for_update(read=True)
-        )
-        return status == ConversationStatus.HANDOFF.value
+    async def _with_humans(
+        self, session: AsyncSession, org_id: uuid.UUID, conversation_id: uuid.UUID, run_started_at: datetime
+    ) -> bool:
+        """Whether people own the conversation, or took it over after the run started (and have
+        handed it back since: the person answered meanwhile, the run's reply is stale). The row is
+        share-locked until the claim commits, so a takeover either comes first (and is seen) or
+        waits for the claim."""
+        row = (
+            await session.execute(
+                select(Conversation.status, Conversation.handoff_at)
+                .where(Conversation.org_id == org_id, Conversation.id == conversation_id)
+                .with_for_update(read=True)
+            )
+        ).one_or_none()
+        if row is None:
+            return False
+        taken_since = row.handoff_at is not None and row.handoff_at > run_started_at
+        return row.status == ConversationStatus.HANDOFF.value or taken_since
 
     async def _withhold(
         self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID, candidates: list[_Candidate]
@@ -520,13 +529,21 @@ class NotifierStore:
             created = await self._insert_notification(session, org_id, key, "conversation.handoff", payload)
             if created:
                 # Already with humans (a person took it over while this run was still going):
-                # their assignment and handoff time stay.
+                # their assignment and handoff time stay. Taken over since the run started and
+                # handed back already: the handback is the newer word, the agents keep it (as
+                # the dispatcher decides, docs/dispatcher.md "human_owned").
+                started = (
+                    select(AiAgentRun.started_at)
+                    .where(AiAgentRun.org_id == org_id, AiAgentRun.id == handoff.run_id)
+                    .scalar_subquery()
+                )
                 await session.execute(
                     update(Conversation)
                     .where(
                         Conversation.org_id == org_id,
                         Conversation.id == handoff.conversation_id,
                         Conversation.status != ConversationStatus.HANDOFF.value,
+                        or_(Conversation.handoff_at.is_(None), started.is_(None), Conversation.handoff_at <= started),
                     )
                     .values(
                         status=ConversationStatus.HANDOFF.value,

@@ -104,6 +104,7 @@ class World:
         run does, any other does not (a handoff does only with its version's handoff message)."""
         target = status is RunStatus.COMPLETED if send_to is None else send_to
         run_id = uuid.uuid4()
+        now = datetime.now(UTC)
         with tenant_session(self.org) as session:
             session.add(
                 AiAgentRun(
@@ -117,9 +118,9 @@ class World:
                     status=status.value,
                     is_dry_run=dry_run,
                     final_text=text,
+                    started_at=now,
                 )
             )
-        now = datetime.now(UTC)
         return RunCompleted(
             org_id=self.org.org_id,
             conversation_id=self.conversation_id,

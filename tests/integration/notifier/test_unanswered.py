@@ -240,3 +240,52 @@ async def test_a_takeover_asks_the_run_in_flight_to_stop(world: World, api: http
             )
         ).all()
     assert len(steering) == 1, "no run going: nothing asked to stop"
+
+
+async def test_a_run_that_ends_after_a_takeover_and_a_handback_still_sends_nothing(
+    world: World, channel: ChannelServer, api: httpx.AsyncClient, publish: Publish, start_notifier: Start
+) -> None:
+    """A person took over while the run was going, answered, and handed back before the run's
+    outcome came: the conversation is open again, but the run's reply answers what the person
+    answered already. Withheld; a run started after the handback is sent."""
+    path = f"/api/v1/conversations/{world.conversation_id}"
+    manager = world.org.headers(Role.MANAGER)
+    in_flight = world.run(text="Claro, já vou verificar.")
+    assert (await api.post(f"{path}:takeover", headers=manager)).status_code == 200
+    assert (await api.post(f"{path}/messages", json={"text": "Oi, aqui é a Ana."}, headers=manager)).status_code == 202
+    assert (await api.post(f"{path}:handback", headers=manager)).status_code == 200
+    await start_notifier()
+    await publish(Topics.RUN_COMPLETED, in_flight)
+    await eventually(
+        lambda: [(d.status, d.error_code) for d in world.deliveries(in_flight.run_id)],
+        lambda d: d == [("failed", "conversation_with_humans")],
+    )
+    after = world.run(text="Posso ajudar em algo mais?")
+    await publish(Topics.RUN_COMPLETED, after)
+    await eventually(lambda: [d.status for d in world.deliveries(after.run_id)], lambda s: s == ["sent"])
+    agent_texts = [s.text for s in channel.received if s.text != "Oi, aqui é a Ana."]
+    assert agent_texts == ["Posso ajudar em algo mais?"]
+
+
+async def test_a_handoff_that_arrives_after_a_takeover_and_handback_leaves_the_conversation_open(
+    world: World, api: httpx.AsyncClient, publish: Publish, start_notifier: Start
+) -> None:
+    """The run asked for a person, but its handoff reached the notifier after a person had taken
+    the conversation over and handed it back: the handback is the newer word (the dispatcher
+    decides the same), so the conversation stays with the agents."""
+    path = f"/api/v1/conversations/{world.conversation_id}"
+    manager = world.org.headers(Role.MANAGER)
+    asked = world.run(status=RunStatus.HANDOFF, text=None)
+    assert (await api.post(f"{path}:takeover", headers=manager)).status_code == 200
+    assert (await api.post(f"{path}:handback", headers=manager)).status_code == 200
+    await start_notifier()
+    await publish(Topics.HANDOFF_TRIGGERED, world.handoff(asked))
+    await eventually(
+        lambda: [n.event_type for n in notifications(world)], lambda types: "conversation.handoff" in types
+    )
+    conversation = world.conversation()
+    assert (conversation.status, conversation.assigned_user_id) == ("open", None)
+
+    later = world.run(status=RunStatus.HANDOFF, text=None)  # a new run asks again: that one counts
+    await publish(Topics.HANDOFF_TRIGGERED, world.handoff(later))
+    await eventually(lambda: world.conversation().status, lambda status: status == "handoff")
