@@ -55,21 +55,31 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def _without_nul(value: Any) -> Any:
-    """PostgreSQL cannot store U+0000; a customer's message must not be lost for containing one."""
+def _storable(value: Any) -> Any:
+    """PostgreSQL cannot store U+0000 nor a lone UTF-16 surrogate (``"\\ud83d"``: a sender's client
+    cut an emoji in half); a customer's message must not be lost for containing one. NUL is
+    dropped, a lone surrogate becomes U+FFFD; pairs were joined by the JSON parser already."""
     if isinstance(value, str):
+        if not value.isascii():
+            value = value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
         return value.replace("\x00", "")
     if isinstance(value, list):
-        return [_without_nul(item) for item in value]
+        return [_storable(item) for item in value]
     if isinstance(value, dict):
-        return {_without_nul(key): _without_nul(item) for key, item in value.items()}
+        return {_storable(key): _storable(item) for key, item in value.items()}
     return value
+
+
+def _needs_cleaning(raw: bytes) -> bool:
+    """Cheap byte scans on the hot path: only a body that may hold NUL or a surrogate escape
+    takes the slower parse."""
+    return b"\\u0000" in raw or b"\x00" in raw or b"\\ud" in raw or b"\\uD" in raw
 
 
 def _envelope(raw: bytes) -> WahaEvent:
     try:
-        if b"\\u0000" in raw or b"\x00" in raw:
-            return WahaEvent.model_validate(_without_nul(json.loads(raw)))
+        if _needs_cleaning(raw):
+            return WahaEvent.model_validate(_storable(json.loads(raw)))
         return WahaEvent.model_validate_json(raw)
     except ValidationError as exc:  # before ValueError: pydantic's error is one
         problems = [

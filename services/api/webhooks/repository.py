@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from switchboard.db.lookups import ChannelSessionRoute
 from switchboard.db.models.channels import Message
 from switchboard.db.tenancy import TENANT_SETTING
+from switchboard.run_outcomes import WITH_HUMANS
 
 # ``lookup_channel_session`` (SECURITY DEFINER, works before the org is known) for every
 # session named in a batch of deliveries on the name-routed URL, in one round trip. The secrets are tenant rows:
@@ -242,7 +243,9 @@ def ingest(
 # unidentified outbound message of the conversation with the same text, written by the
 # platform in the last minutes (an agent's reply or intent, or a person's message sent from
 # Switchboard: only rows the platform wrote lack a channel id; ingested ones all have it);
-# a match takes the channel's id instead of a new row. The row
+# a match takes the channel's id instead of a new row. A reply the notifier withheld because
+# people own the conversation was never sent: a person pasting its text is their own message.
+# The row
 # lock waits for a notifier recording the same row: after its commit the row has an id, no
 # longer matches, and the insert that follows sees the id taken (a duplicate).
 ECHO_WINDOW_MINUTES = 10
@@ -255,6 +258,7 @@ WHERE m.id = (
     JOIN conversations AS cv ON cv.id = o.conversation_id
     WHERE cv.org_id = :org_id AND cv.channel_session_id = :channel_session_id AND cv.chat_id = :chat_id
       AND o.org_id = :org_id AND o.direction = 'outbound' AND o.external_id IS NULL
+      AND o.delivery_error IS DISTINCT FROM '{WITH_HUMANS}'
       AND o.occurred_at > now() - interval '{ECHO_WINDOW_MINUTES} minutes' AND btrim(o.body, :blank) = :body
     ORDER BY o.occurred_at DESC
     LIMIT 1

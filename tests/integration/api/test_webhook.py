@@ -552,6 +552,23 @@ async def test_a_message_with_nul_characters_is_stored_without_them(
     assert [m.body for m in stored] == ["oi tudo bem?"]
 
 
+
+async def test_a_message_with_half_an_emoji_is_stored_with_a_replacement_character(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
+) -> None:
+    """A sender's client cut an emoji in half: JSON carries a lone surrogate escape (as Node's
+    ``JSON.stringify`` writes it), which PostgreSQL cannot store. It becomes U+FFFD, the whole
+    emojis around it stay, and the message is kept (it was a 422 — lost, as WAHA retries it the same)."""
+    channel = await connect_channel(client, org)
+    event = message_event(channel, body="obrigada \ud83d e até amanhã \ud83d\ude00")
+    raw = encode(event)
+    assert b"\\ud83d e" in raw, "the body travels as escapes, as WAHA's Node sends it"
+    response = await deliver(client, raw, channel.secret)
+    assert response.status_code == 200, response.text
+    assert response.json()["data"]["dispatched"] is True
+    stored = messages(db(org.org_id), channel, event["payload"]["id"])
+    assert [m.body for m in stored] == ["obrigada \ufffd e até amanhã \U0001f600"]
+
 def _platform_reply(
     session: Session,
     channel: Channel,
@@ -604,6 +621,16 @@ async def test_the_channels_echo_of_a_platform_reply_is_not_stored_twice(
     person_echo = message_event(channel, chat=chat, from_me=True, body="Sou a Ana.", event="message.any")
     person_result = (await deliver(client, encode(person_echo), channel.secret)).json()["data"]
     assert (person_result["message_id"], person_result["reason"]) == (str(person.id), "echo")
+    # A reply withheld after a takeover was never sent: the person pasting it on the phone wrote it.
+    withheld = _platform_reply(session, channel, conversation_id, "Seu pedido saiu.", age_s=3, delivery_status="failed")
+    session.execute(
+        text("UPDATE messages SET delivery_error = 'conversation_with_humans' WHERE id = :id"), {"id": withheld.id}
+    )
+    session.commit()
+    set_tenant(session, channel.org.org_id)
+    pasted = message_event(channel, chat=chat, from_me=True, body="Seu pedido saiu.", event="message.any")
+    pasted_result = (await deliver(client, encode(pasted), channel.secret)).json()["data"]
+    assert (pasted_result["duplicate"], pasted_result["reason"]) == (False, "from_me")
 
     echo = message_event(channel, chat=chat, from_me=True, body="Custa R$ 10.\n", event="message.any")
     first = (await deliver(client, encode(echo), channel.secret)).json()["data"]
@@ -629,6 +656,8 @@ async def test_the_channels_echo_of_a_platform_reply_is_not_stored_twice(
             ("human", "Custa R$ 10.", typed["payload"]["id"]),
             ("human", "Bom dia!", late["payload"]["id"]),
             ("human", "Sou a Ana.", person_echo["payload"]["id"]),
+            ("agent", "Seu pedido saiu.", None),
+            ("human", "Seu pedido saiu.", pasted["payload"]["id"]),
         ]
     )
     assert stale.external_id is None
@@ -777,3 +806,4 @@ async def test_a_working_number_that_disconnects_is_announced_once_per_outage(
     assert [r.insight_key for r in records] == [i.dedupe_key for i in insights]  # type: ignore[attr-defined]
     row = session.get(ChannelSession, channel.id)
     assert row is not None and row.status == "failed"
+
