@@ -41,9 +41,10 @@ from switchboard.contracts.enums import InsightKind, InsightStatus
 from switchboard.db.models.notifications import NotificationState
 from switchboard.kafka.consumer import Inbound
 from switchboard.observability.logging import get_logger
-from switchboard.run_outcomes import left_unanswered
+from switchboard.run_outcomes import WITH_HUMANS, left_unanswered
 
 log = get_logger(__name__)
+WITHHELD_MESSAGE = "people took the conversation over while the send waited to be retried"
 
 BUDGET_INCIDENT_PREFIX = "budget_incident:"
 CHANNEL_DOWN_PREFIX = "channel_down:"
@@ -150,14 +151,24 @@ class NotifierHandlers:
                     "send failed, retrying in the background",
                     extra={**where, "message_id": str(claimed.message_id), "error_code": error.code},
                 )
-                self.retries.schedule(
-                    Retry(org_id, run_id, claimed, outcome.attempts, error, self._one_attempt(claimed, where))
-                )
+                retry_once = self._one_attempt(claimed, where, for_agents=run_id is not None, org_id=org_id)
+                self.retries.schedule(Retry(org_id, run_id, claimed, outcome.attempts, error, retry_once))
                 continue
             await self._record(org_id, run_id, claimed, outcome, where)
 
-    def _one_attempt(self, claimed: Claimed, where: dict[str, str]) -> Callable[[], Awaitable[Outcome]]:
+    def _one_attempt(
+        self, claimed: Claimed, where: dict[str, str], *, for_agents: bool, org_id: uuid.UUID
+    ) -> Callable[[], Awaitable[Outcome]]:
+        """A retry's attempt. An agent's message is not sent once people took the conversation
+        over while it waited its backoff: it ends failed, ``conversation_with_humans``."""
+
         async def attempt() -> Outcome:
+            if for_agents and await self._store.taken_over_since_claimed(org_id, claimed.message_id):
+                log.info(
+                    "retry withheld: people own the conversation",
+                    extra={**where, "message_id": str(claimed.message_id)},
+                )
+                return Outcome(attempts=0, error=ChannelError(WITH_HUMANS, WITHHELD_MESSAGE, transient=False))
             return await self._attempt(claimed, where)
 
         return attempt

@@ -474,6 +474,24 @@ class NotifierStore:
                 },
             )
 
+    async def taken_over_since_claimed(self, org_id: uuid.UUID, message_id: uuid.UUID) -> bool:
+        """Whether people took the message's conversation over after the message was claimed (it
+        may be handed back since): a retry of an agent's message waiting its backoff must not
+        send it then. Not locked: a takeover while the attempt is on the wire does not stop it."""
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            taken = await session.scalar(
+                select(
+                    or_(
+                        Conversation.status == ConversationStatus.HANDOFF.value,
+                        Conversation.handoff_at > Message.created_at,
+                    )
+                )
+                .select_from(Message)
+                .join(Conversation, Conversation.id == Message.conversation_id)
+                .where(Message.org_id == org_id, Message.id == message_id)
+            )
+            return bool(taken)
+
     async def record_interrupted(self, org_id: uuid.UUID, claimed: Claimed, *, attempts: int) -> None:
         """A claim whose retries a stop cut short: ``unknown`` (an attempt may have reached the channel),
         never sent again — as a claim found ``sending`` on redelivery."""
