@@ -204,8 +204,21 @@ class ThreadSummarizer:
         )
         text = pii.reveal(response.text).strip()[:MAX_SUMMARY_CHARS]
         if not text:
+            await self._count_only(job, response.usage)  # billed all the same
             return False
         return await self._store(job, coverage, batch, text, response.usage)
+
+    async def _count_only(self, job: SummaryJob, usage: TokenUsage) -> None:
+        """The call's spend when there is no summary to store (the model wrote nothing)."""
+        if not usage.total:
+            return
+        cost = await self._cost(job, usage)
+        async with self._sessions() as session, async_tenant_transaction(session, job.subject.request.org_id):
+            await _count(session, job, usage, cost)
+
+    async def _cost(self, job: SummaryJob, usage: TokenUsage) -> int:
+        version = job.subject.version
+        return (await self._price(version.provider, version.model)).cost(usage) if usage.total else 0
 
     async def _pending(self, subject: RunSubject) -> tuple[Coverage, list[HistoryItem]]:
         """The stored coverage and the messages to fold in: older than the window, newer than the summary."""
@@ -263,7 +276,7 @@ class ThreadSummarizer:
         request, version = job.subject.request, job.subject.version
         last = batch[-1]
         through = (last.occurred_at, last.message_id)
-        cost = (await self._price(version.provider, version.model)).cost(usage) if usage.total else 0
+        cost = await self._cost(job, usage)
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             current = await session.scalar(
                 select(ConversationSummary)
@@ -274,7 +287,8 @@ class ThreadSummarizer:
                 .with_for_update()
             )
             if current is not None and (current.through_occurred_at, current.through_message_id) >= through:
-                return False  # another job got at least as far
+                await _count(session, job, usage, cost)  # another job got at least as far; this call was billed
+                return False
             values = {
                 "summary": text,
                 "through_occurred_at": through[0],
@@ -299,17 +313,22 @@ class ThreadSummarizer:
                 .where(Conversation.org_id == request.org_id, Conversation.id == request.conversation_id)
                 .values(summary=text)
             )
-            if usage.total:
-                await session.run_sync(
-                    lambda s: record_usage(
-                        s, request.org_id, None, _now(), usage.all_input, usage.output_tokens, cost, runs=0
-                    )
-                )
+            await _count(session, job, usage, cost)
         log.info(
             "thread summary updated",
             extra={"run_id": str(request.run_id), "conversation_id": str(request.conversation_id)},
         )
         return True
+
+
+async def _count(session: AsyncSession, job: SummaryJob, usage: TokenUsage, cost: int) -> None:
+    """A summary call in the usage ledger: the org's, outside any agent's budget (no agent id)."""
+    if not usage.total:
+        return
+    org_id = job.subject.request.org_id
+    await session.run_sync(
+        lambda s: record_usage(s, org_id, None, _now(), usage.all_input, usage.output_tokens, cost, runs=0)
+    )
 
 
 def _now() -> datetime:

@@ -138,6 +138,30 @@ async def test_the_demo_model_writes_a_deterministic_labeled_summary(rh: RunnerH
         assert session.get_one(Conversation, agent.conversation_id).summary == summary.summary
 
 
+async def test_a_summary_call_that_writes_nothing_is_still_counted(rh: RunnerHarness) -> None:
+    """The provider billed the summary call even when the model wrote nothing to store: its tokens
+    reach the org's usage (outside any agent's budget) — before, they were dropped."""
+    agent = create_agent(rh.db)
+    window(rh, agent, 2)
+    past_messages(rh, agent, ["Oi", "Olá!", "Quero vinho", "Qual?", "Tinto", "Anotado."])
+
+    def script(received: Received) -> Reply:
+        if is_summary(received):
+            return Reply(text="  ", input_tokens=700, output_tokens=1)
+        return Reply(text="Certo!", input_tokens=10, output_tokens=5)
+
+    rh.fake.script(script)
+    seen = len(rh.fake.received)
+    run = await rh.run(run_request(agent, [inbound(rh.db, agent, "Pode mandar?")]))
+    await rh.runner.summarizer.wait_idle()  # type: ignore[union-attr]
+    assert [is_summary(r) for r in rh.fake.received[seen:]] == [False, True]
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        assert session.get(ConversationSummary, agent.conversation_id) is None, "nothing to store"
+    usage = rh.usage(agent.org_id)
+    assert usage is not None
+    assert (usage.input_tokens, usage.output_tokens) == (run.tokens_in + 700, run.tokens_out + 1)
+
+
 async def test_a_conversation_within_its_window_gets_no_summary(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, provider="demo", model="demo-1", api_key=None)
     past_messages(rh, agent, ["Oi", "Olá!"])
