@@ -196,9 +196,20 @@ def _decision(
 
 
 def _run_decision(
-    state: ConversationState, run: ActiveRun, outcome: DispatchOutcome, ctx: Context, *, reason: str
+    state: ConversationState,
+    run: ActiveRun,
+    outcome: DispatchOutcome,
+    ctx: Context,
+    *,
+    reason: str,
+    ended: ActiveRun,
+    lease_expired: bool,
 ) -> DispatchDecided:
-    """A decision about a whole run (recovered, lost): every message and dispatch it answers."""
+    """A decision about a whole run (recovered, lost): every message and dispatch it answers.
+    ``ended`` is the attempt that stopped; its lease is in the details only when it lapsed."""
+    details: dict[str, Any] = {"ended_run_id": str(ended.run_id), "ended_attempt": ended.attempt}
+    if lease_expired:
+        details["lease_expired_at"] = ended.lease_expires_at.isoformat()
     first = run.dispatches[0]
     return DispatchDecided(
         event_id=derived_id("decision", first.event_id, outcome.value, run.run_id),
@@ -217,7 +228,7 @@ def _run_decision(
         parent_run_id=run.parent_run_id,
         wake_reason=run.wake_reason,
         reason=reason,
-        details_json=json.dumps({"lease_expired_at": run.lease_expires_at.isoformat()}, separators=(",", ":")),
+        details_json=json.dumps(details, separators=(",", ":")),
     )
 
 
@@ -244,9 +255,7 @@ def _is_handback(dispatch: DispatchRequested) -> bool:
     """The API's handback: an assignment that resumes no parked run (an approval's resume names
     its run, and is not one: the humans still own the chat)."""
     return (
-        not dispatch.dry_run
-        and dispatch.wake_reason is WakeReason.ASSIGNMENT
-        and dispatch.wake_context.run_id is None
+        not dispatch.dry_run and dispatch.wake_reason is WakeReason.ASSIGNMENT and dispatch.wake_context.run_id is None
     )
 
 
@@ -653,7 +662,7 @@ def on_run_completed(state: ConversationState, completed: RunCompleted, ctx: Con
         return False
     if completed.error_family is ErrorFamily.PROCESS_LOST and completed.status is RunStatus.FAILED:
         # The runner handed the run back (shutdown): recover now instead of waiting for the lease.
-        _lose_or_recover(state, active, ctx, t, reason="the runner handed the run back")
+        _lose_or_recover(state, active, ctx, t, reason="the runner handed the run back", lease_expired=False)
         return True
     state.close_run(active.run_id)
     state.active = None
@@ -661,9 +670,7 @@ def on_run_completed(state: ConversationState, completed: RunCompleted, ctx: Con
     # Stopped by our interrupt, not aborted for another reason while the interrupt was on its
     # way (a classification refusal re-dispatched its messages to the next agent already).
     interrupted = (
-        active.interrupt_requested
-        and completed.status is RunStatus.ABORTED
-        and completed.abort_reason == INTERRUPTED
+        active.interrupt_requested and completed.status is RunStatus.ABORTED and completed.abort_reason == INTERRUPTED
     )
     own_messages = any(d.message is not None for d in active.dispatches[: active.requested_count])
     if interrupted:
@@ -724,20 +731,38 @@ def _start_due(state: ConversationState, ctx: Context, t: Transition) -> None:
     _try_start(state, ctx, t)
 
 
-def _lose_or_recover(state: ConversationState, active: ActiveRun, ctx: Context, t: Transition, *, reason: str) -> None:
+def _lose_or_recover(
+    state: ConversationState, active: ActiveRun, ctx: Context, t: Transition, *, reason: str, lease_expired: bool
+) -> None:
     state.close_run(active.run_id)
     if active.attempt < ctx.config.max_attempts:
         attempt = recovery.recovery_attempt(active, ctx.now, ctx.config.lease_s, ctx.config.start_lease_s)
         attempt.requested_by = ctx.config.incarnation
         state.active = attempt
         t.outputs.append(Emit(Topics.RUN_REQUESTED, _request_of(state, attempt, ctx)))
-        t.decisions.append(_run_decision(state, attempt, DispatchOutcome.RECOVERED, ctx, reason=reason))
+        t.decisions.append(
+            _run_decision(
+                state,
+                attempt,
+                DispatchOutcome.RECOVERED,
+                ctx,
+                reason=reason,
+                ended=active,
+                lease_expired=lease_expired,
+            )
+        )
         return
     state.active = None
-    t.outputs.append(Emit(Topics.RUN_COMPLETED, recovery.lost_run_completed(state, active, ctx.now)))
+    t.outputs.append(Emit(Topics.RUN_COMPLETED, recovery.lost_run_completed(state, active, ctx.now, why=reason)))
     t.decisions.append(
         _run_decision(
-            state, active, DispatchOutcome.LOST, ctx, reason=f"{reason}; {active.attempt} attempt(s): processLost"
+            state,
+            active,
+            DispatchOutcome.LOST,
+            ctx,
+            reason=f"{reason}; {active.attempt} attempt(s): processLost",
+            ended=active,
+            lease_expired=lease_expired,
         )
     )
     _start_due(state, ctx, t)
@@ -773,7 +798,14 @@ def on_tick(state: ConversationState, ctx: Context, t: Transition) -> None:
         if deferred is not None:
             active.lease_expires_at = deferred  # catching up: look again when the input is read
         elif recovery.lease_expired(active, ctx.now):
-            _lose_or_recover(state, active, ctx, t, reason="lease expired without a heartbeat")
+            _lose_or_recover(
+                state,
+                active,
+                ctx,
+                t,
+                reason="no heartbeat from the runner before the lease expired",
+                lease_expired=True,
+            )
         return
     if state.pending:
         _start_due(state, ctx, t)

@@ -153,8 +153,9 @@ def recovery_attempt(active: ActiveRun, now: datetime, lease_s: float, start_lea
     )
 
 
-def lost_run_completed(state: ConversationState, active: ActiveRun, now: datetime) -> RunCompleted:
-    """The ``run_completed`` the dispatcher emits on behalf of a run lost after the last attempt."""
+def lost_run_completed(state: ConversationState, active: ActiveRun, now: datetime, *, why: str) -> RunCompleted:
+    """The ``run_completed`` the dispatcher emits on behalf of a run lost after the last attempt;
+    ``why`` its last attempt ended (a lapsed lease, or its runner handing it back)."""
     first = active.dispatches[0]
     return RunCompleted(
         event_id=derived_id("lost", active.run_id),
@@ -175,10 +176,7 @@ def lost_run_completed(state: ConversationState, active: ActiveRun, now: datetim
         vitality=Vitality.DEAD,
         error_family=ErrorFamily.PROCESS_LOST,
         error_code=LOST_ERROR_CODE,
-        error_message=(
-            f"no heartbeat from the runner before the lease expired, {active.attempt} attempt(s); "
-            "closed by the dispatcher"
-        ),
+        error_message=f"{why}, {active.attempt} attempt(s); closed by the dispatcher",
         summary="The run's process was lost; nothing was sent.",
         provider=active.provider,
         model=active.model,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -430,6 +431,9 @@ def test_lease_expiry_recovers_with_attempt_plus_one_and_the_parent_then_process
         assert retry.wake_reason is WakeReason.RECOVERY and retry.wake_context.run_id == lineage[-1].run_id
         assert retry.messages == run.messages, "the same messages, not the waiting ones"
         assert outcomes(t) == [DispatchOutcome.RECOVERED]
+        details = json.loads(t.decisions[0].details_json)
+        assert details["ended_run_id"] == str(lineage[-1].run_id)
+        assert datetime.fromisoformat(details["lease_expired_at"]) <= at, "the lapsed lease, not the new one"
         lineage.append(retry)
     at += timedelta(seconds=31)
     t = conv.send(tick(at), at=at)
@@ -455,8 +459,12 @@ def test_a_run_handed_back_by_its_runner_is_recovered_at_once() -> None:
     handed_back = completed(
         run.run_id, run.agent_id, run.version_id, status=RunStatus.FAILED, error_family=ErrorFamily.PROCESS_LOST
     )
-    (retry,) = runs(conv.send(handed_back, at=T0 + timedelta(seconds=2)))
+    t = conv.send(handed_back, at=T0 + timedelta(seconds=2))
+    (retry,) = runs(t)
     assert (retry.attempt, retry.parent_run_id) == (2, run.run_id)
+    details = json.loads(t.decisions[0].details_json)
+    assert "lease_expired_at" not in details, "no lease lapsed: the runner handed the run back"
+    assert t.decisions[0].reason == "the runner handed the run back"
 
 
 def test_a_tick_before_the_lease_expires_does_nothing() -> None:
