@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 import uuid
 from dataclasses import dataclass
@@ -112,7 +113,51 @@ async def outcome(pipeline: Pipeline) -> Outcome:
     FIGURES_DIR.mkdir(parents=True, exist_ok=True)
     (FIGURES_DIR / f"{PROFILE.name}.json").write_text(report)  # `make chaos` prints it
     (pipeline.group.run_dir / "chaos-problems.json").write_text(json.dumps(verdict.problems(), indent=2))
+    if verdict.lost_messages:
+        keep_evidence(pipeline, verdict, await take_snapshot(pipeline, log.sent))
     return Outcome(log, faults, verdict, figures)
+
+
+def keep_evidence(pipeline: Pipeline, verdict: Verdict, snapshot: Snapshot) -> None:
+    """A lost message is rare and load-dependent: keep what explains it where the next person
+    looks (``var/chaos/``) — the services' logs, and each lost message's decisions, its
+    conversation's runs and every log line that names the conversation."""
+    evidence_dir = FIGURES_DIR / f"{PROFILE.name}-evidence"
+    shutil.rmtree(evidence_dir, ignore_errors=True)
+    shutil.copytree(pipeline.group.run_dir / "logs", evidence_dir / "logs")
+    trail = {}
+    for lost in verdict.lost_messages:
+        message_id = uuid.UUID(lost)
+        conversation_id = snapshot.messages[message_id][0] if message_id in snapshot.messages else None
+        lines = [
+            f"{path.name}: {line.rstrip()}"
+            for path in sorted((evidence_dir / "logs").glob("*"))
+            if conversation_id is not None
+            for line in path.read_text(errors="replace").splitlines()
+            if str(conversation_id) in line or lost in line
+        ]
+        trail[lost] = {
+            "conversation_id": str(conversation_id),
+            "decisions": [
+                {"outcome": d.outcome, "run_id": str(d.run_id)}
+                for d in snapshot.decisions
+                if d.message_id == message_id
+            ],
+            "conversation_runs": [
+                {
+                    "run_id": str(r.id),
+                    "status": r.status,
+                    "attempt": r.attempt,
+                    "messages": [str(m) for m in r.message_ids],
+                    "started_at": str(r.started_at),
+                    "completed_at": str(r.completed_at),
+                }
+                for r in snapshot.runs
+                if r.conversation_id == conversation_id
+            ],
+            "log_lines": lines[-200:],
+        }
+    (evidence_dir / "lost.json").write_text(json.dumps(trail, indent=2))
 
 
 def echoes_stored_as_people(pipeline: Pipeline) -> int:
