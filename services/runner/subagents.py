@@ -166,8 +166,11 @@ class _NestedTrace:
     async def append(
         self, entries: list[dict[str, Any]], *, steps: int, usage: TokenUsage, cost: int, final: bool = False
     ) -> None:
-        self.entries.extend({**self._mark, **entry} for entry in entries)  # a deeper mark wins
+        self.keep(entries)
         self._parent.touch()
+
+    def keep(self, entries: list[dict[str, Any]]) -> None:
+        self.entries.extend({**self._mark, **entry} for entry in entries)  # a deeper mark wins
 
 
 class _NestedEvents:
@@ -322,7 +325,15 @@ class SubAgentTools:
             )
             if nested is not None:
                 nested.bind(loop)
-            outcome = await loop.run(draft)
+            try:
+                outcome = await loop.run(draft)
+            except BaseException:
+                # Stopped from outside (the calling run handed back at a shutdown, or it crashed):
+                # what this loop spent so far is still the calling run's, billed by the provider.
+                unsaved, so_far = loop.abandon("the calling run stopped")
+                trace.keep(unsaved)
+                caller.absorb(trace.entries, so_far.usage, so_far.cost_micros)
+                raise
         finally:
             await toolbox.aclose()
         caller.absorb(trace.entries, outcome.usage, outcome.cost_micros)

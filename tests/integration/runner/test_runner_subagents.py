@@ -6,7 +6,9 @@ The script tells the agents apart by their system prompts.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +21,9 @@ from services.api.runs.service import trace_steps
 from switchboard.contracts import RunCompleted
 from switchboard.db.models import AiAgent, AiAgentVersion
 from switchboard.db.session import tenant_transaction
-from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, inbound, run_request
+from switchboard.settings import KafkaSettings
+from switchboard.tool_catalog import SEARCH_CONTACTS
+from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, harness, inbound, run_request
 from tests.support.agents import create_agent as api_create_agent
 from tests.support.agents import error_body, make_channel, version_body
 from tests.support.api import create_org
@@ -263,3 +267,38 @@ async def test_subagent_requests_are_pseudonymized_like_the_runs(rh: RunnerHarne
     body = json.dumps(sub_call.body)
     assert "Souza" not in body and "ana.souza@example.com" not in body and "98765" not in body
     assert "<contact_1>" in sub_call.body["messages"][0]["content"]
+
+
+async def test_a_subagents_spend_stays_with_the_run_when_it_is_handed_back(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings
+) -> None:
+    """The runner stops (a deploy) while a sub-agent is on its second model call: the handed-back
+    run still carries the sub-agent's first, billed step. Before, a sub-agent's usage joined the
+    run only when its loop returned, so a stop in between dropped it from the row and the ledger."""
+    async with harness(stack.database_url, topics, shutdown_grace_s=0.5) as h:
+        parent = create_agent(h.db, model="claude-haiku-4-5", system_prompt="You are the orchestrator.")
+        worker = sub_agent(h, parent, "Worker", tool_ids=[SEARCH_CONTACTS])
+        grant(h, parent, [worker])
+
+        def script(received: Received) -> Reply:
+            if "You are Worker." in system_of(received):
+                if has_tool_result(received):
+                    return Reply(text="never in time", delay_s=5)
+                return tool(SEARCH_CONTACTS, {"query": "Ana"}, input_tokens=300, output_tokens=30)
+            return tool("agent_worker", {"task": "Find Ana"}, input_tokens=400, output_tokens=20)
+
+        h.fake.script(script)
+        request = run_request(parent, [inbound(h.db, parent, "Procura a Ana")])
+        await h.submit(request)
+        deadline = time.monotonic() + 20
+        while sum("You are Worker." in system_of(r) for r in h.fake.received) < 2:  # on its second call
+            assert time.monotonic() < deadline, "the sub-agent never reached its second call"
+            await asyncio.sleep(0.05)
+        await h.stop_runner()
+        row = h.run_row(request)
+        assert row is not None and row.error_code == "runner_shutdown"
+        assert (row.tokens_in, row.tokens_out) == (400 + 300, 20 + 30)
+        usage = h.usage(parent.org_id)
+        assert usage is not None and (usage.input_tokens, usage.output_tokens) == (700, 50)
+        marked = [e for e in row.tool_calls if e.get("subagent_id") == str(worker.agent_id)]
+        assert "model" in [e["kind"] for e in marked], "the sub-agent's billed step is in the trace"
