@@ -387,6 +387,7 @@ class NotifierStore:
                     .values(status=DeliveryState.UNKNOWN.value, error_code="interrupted")
                 )
                 if getattr(interrupted, "rowcount", 0):
+                    await _mark_unknown(session, org_id, candidate.message_id)
                     MESSAGES_DELIVERED.labels(route.channel if route else "none", candidate.kind.value, "unknown").inc()
                 continue
             claimed.append(
@@ -496,7 +497,7 @@ class NotifierStore:
         """A claim whose retries a stop cut short: ``unknown`` (an attempt may have reached the channel),
         never sent again — as a claim found ``sending`` on redelivery."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            await session.execute(
+            interrupted = await session.execute(
                 update(RunDelivery)
                 .where(
                     RunDelivery.org_id == org_id,
@@ -505,6 +506,8 @@ class NotifierStore:
                 )
                 .values(status=DeliveryState.UNKNOWN.value, attempts=attempts, error_code="interrupted")
             )
+            if getattr(interrupted, "rowcount", 0):
+                await _mark_unknown(session, org_id, claimed.message_id)
 
     async def expire_stale_claims(self, older_than_s: float) -> int:
         """Claims of every org still ``sending`` after ``older_than_s``: their notifier stopped without
@@ -644,3 +647,17 @@ class NotifierStore:
                     sent_at=datetime.now(UTC) if state is NotificationState.SENT else None,
                 )
             )
+
+
+async def _mark_unknown(session: AsyncSession, org_id: uuid.UUID, message_id: uuid.UUID) -> None:
+    """The message of a claim that became ``unknown`` says so in the inbox (it stayed ``pending``);
+    a later receipt from the channel still advances it (revision 0031)."""
+    await session.execute(
+        update(Message)
+        .where(
+            Message.org_id == org_id,
+            Message.id == message_id,
+            Message.delivery_status == MessageDeliveryStatus.PENDING.value,
+        )
+        .values(delivery_status=MessageDeliveryStatus.UNKNOWN.value)
+    )

@@ -106,6 +106,9 @@ class MessageDeliveryStatus(StrEnum):
     DELIVERED = "delivered"
     READ = "read"
     FAILED = "failed"
+    # The send's outcome is unknown: an attempt may have reached the channel, so it is never
+    # sent again (a stop or crash cut it short; revision 0031). A receipt still advances it.
+    UNKNOWN = "unknown"
 
 
 class LlmProvider(StrEnum):

@@ -122,6 +122,8 @@ async def test_a_claim_left_mid_retry_by_a_crash_becomes_unknown_and_is_never_re
             lambda: world.deliveries(stuck.run_id), lambda d: [x.status for x in d] == ["unknown"]
         )
         assert delivery.error_code == "interrupted"
+        [message] = world.outbound(stuck.run_id)
+        assert message.delivery_status == "unknown", "the inbox says so too (it stayed pending)"
         marker = world.run(text="marker")
         await publish(Topics.RUN_COMPLETED, marker)
         await eventually(lambda: _statuses(world, marker.run_id), lambda s: s == ["sent"])
@@ -144,6 +146,8 @@ async def test_a_graceful_stop_records_retries_still_waiting_as_unknown(
     [delivery] = world.deliveries(stuck.run_id)
     assert (delivery.status, delivery.error_code) == ("unknown", "interrupted")
     assert delivery.attempts >= 2
+    [message] = world.outbound(stuck.run_id)
+    assert message.delivery_status == "unknown"
     await asyncio.sleep(0.5)
     assert all(s.status_returned == 503 for s in channel.received), "nothing sent after the stop"
 
