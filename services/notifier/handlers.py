@@ -206,7 +206,8 @@ class NotifierHandlers:
         error = outcome.error
         channel_name = claimed.route.channel if claimed.route else "none"
         SEND_ATTEMPTS.labels(channel_name).inc(outcome.attempts)
-        MESSAGES_DELIVERED.labels(channel_name, claimed.kind.value, "sent" if error is None else "failed").inc()
+        label = "sent" if error is None else "withheld" if error.code == WITH_HUMANS else "failed"
+        MESSAGES_DELIVERED.labels(channel_name, claimed.kind.value, label).inc()
         await self._store.record_outcome(
             org_id,
             run_id,

@@ -42,8 +42,6 @@ from switchboard.rotation import channel_session_aad
 from switchboard.run_outcomes import WITH_HUMANS
 
 ERROR_MESSAGE_LIMIT = 500
-# Why a run's reply or queued message was not sent: people own the conversation (``_withhold``).
-WITHHELD_ERROR = WITH_HUMANS
 # How long a channel session's route (and its opened API key) is reused before it is read again:
 # a send per reply would otherwise cost a query and an AES-GCM open. A session's new API key or
 # base URL reaches the sends this much later (docs/notifier.md "Routes").
@@ -307,18 +305,19 @@ class NotifierStore:
                     kind=candidate.kind.value,
                     channel="none",
                     status=DeliveryState.FAILED.value,
-                    error_code=WITHHELD_ERROR,
+                    error_code=WITH_HUMANS,
                     completed_at=datetime.now(UTC),
                 )
                 .on_conflict_do_nothing(index_elements=[RunDelivery.message_id])
                 .returning(RunDelivery.id)
             )
-            if won is None:
+            if won is None:  # claimed before: sent, or left mid-send by a stopped process
+                await _expire_left_claim(session, org_id, candidate, "none")
                 continue
             await session.execute(
                 update(Message)
                 .where(Message.org_id == org_id, Message.id == candidate.message_id)
-                .values(delivery_status=MessageDeliveryStatus.FAILED.value, delivery_error=WITHHELD_ERROR)
+                .values(delivery_status=MessageDeliveryStatus.FAILED.value, delivery_error=WITH_HUMANS)
             )
             MESSAGES_DELIVERED.labels("none", candidate.kind.value, "withheld").inc()
             withheld += 1
@@ -378,17 +377,7 @@ class NotifierStore:
                 },
             )
             if won is None:
-                interrupted = await session.execute(
-                    update(RunDelivery)
-                    .where(
-                        RunDelivery.message_id == candidate.message_id,
-                        RunDelivery.status == DeliveryState.SENDING.value,
-                    )
-                    .values(status=DeliveryState.UNKNOWN.value, error_code="interrupted")
-                )
-                if getattr(interrupted, "rowcount", 0):
-                    await _mark_unknown(session, org_id, candidate.message_id)
-                    MESSAGES_DELIVERED.labels(route.channel if route else "none", candidate.kind.value, "unknown").inc()
+                await _expire_left_claim(session, org_id, candidate, route.channel if route else "none")
                 continue
             claimed.append(
                 Claimed(candidate.message_id, candidate.kind, candidate.text, candidate.chat_id, route, route_error)
@@ -647,6 +636,19 @@ class NotifierStore:
                     sent_at=datetime.now(UTC) if state is NotificationState.SENT else None,
                 )
             )
+
+
+async def _expire_left_claim(session: AsyncSession, org_id: uuid.UUID, candidate: _Candidate, channel: str) -> None:
+    """A claim found ``sending`` on a redelivery was left mid-send by a process that stopped: it
+    becomes ``unknown`` now (it may have reached the channel), never sent again."""
+    interrupted = await session.execute(
+        update(RunDelivery)
+        .where(RunDelivery.message_id == candidate.message_id, RunDelivery.status == DeliveryState.SENDING.value)
+        .values(status=DeliveryState.UNKNOWN.value, error_code="interrupted")
+    )
+    if getattr(interrupted, "rowcount", 0):
+        await _mark_unknown(session, org_id, candidate.message_id)
+        MESSAGES_DELIVERED.labels(channel, candidate.kind.value, "unknown").inc()
 
 
 async def _mark_unknown(session: AsyncSession, org_id: uuid.UUID, message_id: uuid.UUID) -> None:

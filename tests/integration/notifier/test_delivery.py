@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from datetime import date
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import update
 
@@ -16,6 +17,7 @@ from services.notifier.handlers import Hooks
 from services.notifier.store import Claimed
 from switchboard.contracts import Insight, InsightKind, Record, RunStatus, Topics, TopicSpec
 from switchboard.contracts.enums import InsightStatus
+from switchboard.db.enums import Role
 from switchboard.db.models import Message
 from tests.integration.notifier.conftest import RunningNotifier, World, eventually
 from tests.support.agents import tenant_session
@@ -96,10 +98,8 @@ async def test_a_receipt_ingested_during_the_send_is_not_moved_back_by_its_answe
     assert reply.external_id is not None and reply.external_id.startswith("true_")  # the answer's id
 
 
-async def test_restart_after_claim_before_send_never_sends(
-    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
-) -> None:
-    """At most once: a claim without a known outcome is never sent by the next process."""
+async def _crash_after_claiming(world: World, publish: Publish, start_notifier: Start) -> Any:
+    """A notifier claims a run's reply and dies before sending it; returns the run's record."""
     completed = world.run()
     claimed = asyncio.Event()
 
@@ -111,9 +111,36 @@ async def test_restart_after_claim_before_send_never_sends(
     await publish(Topics.RUN_COMPLETED, completed)
     await asyncio.wait_for(claimed.wait(), 20)
     await first.crash()
+    return completed
+
+
+async def test_restart_after_claim_before_send_never_sends(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    """At most once: a claim without a known outcome is never sent by the next process."""
+    completed = await _crash_after_claiming(world, publish, start_notifier)
 
     await start_notifier()
     await eventually(lambda: _statuses(world, completed.run_id), lambda s: s == ["unknown"])
+    assert channel.received == []
+    assert [m.delivery_status for m in world.outbound(completed.run_id)] == ["unknown"], "the inbox says so too"
+
+
+async def test_a_claim_left_mid_send_is_unknown_at_once_when_redelivered_after_a_takeover(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start, api: httpx.AsyncClient
+) -> None:
+    """The process died after claiming the reply; a person took the conversation over before the
+    redelivery. The claim may have reached the channel: it becomes unknown now (it stayed sending
+    until the sweep, minutes later), and nothing is sent."""
+    completed = await _crash_after_claiming(world, publish, start_notifier)
+    taken = await api.post(
+        f"/api/v1/conversations/{world.conversation_id}:takeover", headers=world.org.headers(Role.MANAGER)
+    )
+    assert taken.status_code == 200, taken.text
+
+    await start_notifier()
+    await eventually(lambda: _statuses(world, completed.run_id), lambda s: s == ["unknown"])
+    assert [m.delivery_status for m in world.outbound(completed.run_id)] == ["unknown"]
     assert channel.received == []
 
 
