@@ -4,15 +4,15 @@ Pure: no I/O, no settings. :func:`parse` answers one of three things:
 
 - ``None`` — plain text: not a command, or a ``/word`` that is neither built in
   nor a known skill (an unknown command passes as plain text);
-- a :class:`SlashCommand` — a built-in (``/todo``, ``/compact``, ``/plan``,
-  ``/goal``, ``/loop``), a namespaced skill (``/skill:<name>``), or a bare
+- a :class:`SlashCommand` — a built-in (``/todo``, ``/compact``, ``/handback``,
+  ``/plan``, ``/goal``, ``/loop``), a namespaced skill (``/skill:<name>``), or a bare
   skill name kept for messages written before the ``skill:`` namespace
   existed (only when the caller passes the agent's skill names, and never
   shadowing a built-in);
 - :class:`ParseError` raised — a *known* command written wrongly
   (``/goal --budget abc``), with a stable ``code`` and a message for the user.
 
-Where each is handled: ``/todo`` and ``/compact`` at ingest, before dispatch,
+Where each is handled: ``/todo``, ``/compact`` and ``/handback`` at ingest, before dispatch,
 never stored as messages nor sent to the agent; ``/plan`` switches the
 conversation's mode; ``/goal``, ``/loop`` and skills inside the run.
 """
@@ -36,13 +36,21 @@ class CommandName(StrEnum):
     GOAL = "goal"
     LOOP = "loop"
     SKILL = "skill"
+    HANDBACK = "handback"
 
 
 BUILT_INS: Final = frozenset(
-    {CommandName.TODO, CommandName.COMPACT, CommandName.PLAN, CommandName.GOAL, CommandName.LOOP}
+    {
+        CommandName.TODO,
+        CommandName.COMPACT,
+        CommandName.PLAN,
+        CommandName.GOAL,
+        CommandName.LOOP,
+        CommandName.HANDBACK,
+    }
 )
 # Handled where the message arrives: never stored as a message, never sent to the agent.
-INGEST_COMMANDS: Final = frozenset({CommandName.TODO, CommandName.COMPACT})
+INGEST_COMMANDS: Final = frozenset({CommandName.TODO, CommandName.COMPACT, CommandName.HANDBACK})
 # What the runner acts on: the owner may write these from the business phone (see is_run_command).
 RUN_COMMANDS: Final = frozenset({CommandName.PLAN, CommandName.GOAL, CommandName.LOOP, CommandName.SKILL})
 SKILL_PREFIX: Final = "skill:"
@@ -164,6 +172,17 @@ def is_run_command(text: str | None) -> bool:
     except ParseError:
         return False
     return command is not None and command.name in RUN_COMMANDS
+
+
+def names_a_command(text: str | None) -> bool:
+    """Whether ``text`` is a known command, well-formed or not: written to the agent, not to the
+    customer (so the owner mistyping ``/goal`` on the business phone does not take the chat over)."""
+    if not text or not text.lstrip().startswith("/"):
+        return False
+    try:
+        return parse(text) is not None
+    except ParseError:
+        return True
 
 
 def is_compact_request(request_id: str | None) -> bool:

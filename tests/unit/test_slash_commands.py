@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from switchboard.slash_commands import CommandName, ParseError, SlashCommand, parse
+from switchboard.slash_commands import CommandName, ParseError, SlashCommand, names_a_command, parse
 
 C = CommandName
 
@@ -87,4 +87,19 @@ def test_malformed_known_commands_raise_a_stable_code_and_a_human_message(text: 
 
 def test_where_each_command_is_handled() -> None:
     handled = {name for name in C if SlashCommand(name).handled_at_ingest}
-    assert handled == {C.TODO, C.COMPACT}
+    assert handled == {C.TODO, C.COMPACT, C.HANDBACK}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("/handback", True),
+        ("/goal win --budget abc", True),  # malformed, still written to the agent
+        ("/todo", True),
+        ("/desconto 10%", False),  # an unknown command is plain text
+        ("Já respondo!", False),
+        ("", False),
+    ],
+)
+def test_names_a_command_tells_a_command_from_a_reply(text: str, expected: bool) -> None:
+    assert names_a_command(text) is expected

@@ -48,6 +48,7 @@ def _view(row: ChannelSession) -> ChannelSessionView:
         phone_number=row.phone_number,
         status=row.status,  # type: ignore[arg-type]
         base_url=row.base_url,
+        owner_replies_take_over=row.owner_replies_take_over,
         has_webhook_secret=row.webhook_secret_ciphertext is not None,
         has_api_key=row.api_key_ciphertext is not None,
         webhook_secret_rotated_at=row.webhook_secret_rotated_at,
@@ -87,6 +88,7 @@ async def create_channel_session(
             phone_number=body.phone_number,
             base_url=body.base_url,
             api_key=api_key,
+            owner_replies_take_over=body.owner_replies_take_over,
             request_id=ctx.request_id,
         )
     )
@@ -130,7 +132,7 @@ async def get_channel_session(session_id: uuid.UUID, ctx: Manager) -> Envelope[C
 async def update_channel_session(
     session_id: uuid.UUID, body: UpdateChannelSession, ctx: AdminWrite, request: Request
 ) -> Envelope[ChannelSessionView]:
-    """Change label, number, WAHA server or API key; only the properties sent change (`api_key: null` clears it)."""
+    """Change only the properties sent: label, number, WAHA server, API key, phone takeover (`api_key: null` clears)."""
     keyring = _keyring(request)
     changes: dict[str, object] = {}
     for name in body.model_fields_set:

@@ -21,6 +21,10 @@ from switchboard.egress import refuse_literal_address
 # WAHA session names: letters, digits and a few separators; they are routing keys, not text.
 SESSION_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,99}$"
 WEBHOOK_PATH = "/api/v1/webhooks/waha"
+OWNER_REPLIES_TAKE_OVER = (
+    "Whether a message typed on this number's phone to a customer (not one Switchboard sent) takes the "
+    "conversation over from the agents, like `:takeover`; turn it off when other tools also send through the number"
+)
 
 
 def _http_url(value: str | None) -> str | None:
@@ -50,6 +54,7 @@ class CreateChannelSession(BaseModel):
     api_key: SecretStr | None = Field(
         default=None, min_length=1, max_length=500, description="WAHA `X-Api-Key` for outbound sends; never returned"
     )
+    owner_replies_take_over: bool = Field(default=True, description=OWNER_REPLIES_TAKE_OVER)
 
     _check_url = field_validator("base_url")(_http_url)
 
@@ -63,14 +68,15 @@ class UpdateChannelSession(BaseModel):
     phone_number: str | None = Field(default=None, pattern=E164_PATTERN)
     base_url: str | None = Field(default=None, max_length=500)
     api_key: SecretStr | None = Field(default=None, min_length=1, max_length=500)
+    owner_replies_take_over: bool | None = Field(default=None, description=OWNER_REPLIES_TAKE_OVER)
 
     _check_url = field_validator("base_url")(_http_url)
 
-    @field_validator("label")
+    @field_validator("label", "owner_replies_take_over")
     @classmethod
-    def _label_not_null(cls, value: str | None) -> str:
+    def _not_null(cls, value: str | bool | None) -> str | bool:
         if value is None:
-            raise ValueError("label cannot be null")
+            raise ValueError("cannot be null")
         return value
 
 
@@ -98,6 +104,7 @@ class ChannelSessionView(BaseModel):
     phone_number: str | None
     status: ChannelSessionStatus
     base_url: str | None
+    owner_replies_take_over: bool
     has_webhook_secret: bool
     has_api_key: bool
     webhook_secret_rotated_at: datetime | None

@@ -133,6 +133,7 @@ def create_session(
     base_url: str | None,
     api_key: str | None,
     request_id: str | None,
+    owner_replies_take_over: bool = True,
 ) -> IssuedSecret:
     """Register a WAHA session for the org with a fresh webhook secret (returned once)."""
     provider = ChannelProvider.WAHA.value
@@ -146,6 +147,7 @@ def create_session(
         label=label,
         phone_number=phone_number,
         base_url=base_url,
+        owner_replies_take_over=owner_replies_take_over,
         routes_by_name=lookup_channel_session(session, provider, external_session) is None,
     )
     secret = new_webhook_secret()
@@ -179,6 +181,7 @@ def create_session(
             "phone_number": phone_number,
             "base_url": base_url,
             "api_key_stored": api_key is not None,
+            "owner_replies_take_over": owner_replies_take_over,
         },
         request_id=request_id,
     )
@@ -227,7 +230,8 @@ def update_session(
     changes: dict[str, object],
     request_id: str | None,
 ) -> ChannelSession:
-    """Apply the properties sent (``label``, ``phone_number``, ``base_url``, ``api_key``)."""
+    """Apply the properties sent (``label``, ``phone_number``, ``base_url``, ``api_key``,
+    ``owner_replies_take_over``)."""
     row = repository.by_id(session, org_id, session_id, for_update=True)
     if row is None:
         raise NotFound("No such channel session")
@@ -236,7 +240,7 @@ def update_session(
         moved_to = str(changes["base_url"] or "")
         if lookup_session_name_on_server(session, row.provider, moved_to, row.external_session):
             raise _name_taken()  # another session has this name on that server
-    for name in ("label", "phone_number", "base_url"):
+    for name in ("label", "phone_number", "base_url", "owner_replies_take_over"):
         if name in changes:
             setattr(row, name, changes[name])
             audited[name] = changes[name]

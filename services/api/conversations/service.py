@@ -35,6 +35,9 @@ from switchboard.db.models.channels import Conversation
 from switchboard.db.outbox import enqueue_record
 
 TAKEOVER_INTERRUPT_TEXT = "A person took the conversation over."
+# Where a person took a conversation over or handed it back (the audit entry's ``via``).
+VIA_API = "api"
+VIA_BUSINESS_PHONE = "business_phone"
 
 
 class NotHandedOff(Conflict):
@@ -68,10 +71,12 @@ def take_over(
     conversation_id: uuid.UUID,
     actor_user_id: uuid.UUID | None,
     request_id: str | None,
+    via: str = VIA_API,
 ) -> Conversation:
     """The caller takes the conversation: ``handoff``, assigned to them. Taking over one
     already handed off assigns it to the caller (claiming it from the team); the handoff
-    time is kept, it says when the agents stopped."""
+    time is kept, it says when the agents stopped. ``via`` says where the person acted
+    (the API, or the business's phone: ``services.api.webhooks.phone``); it is audited."""
     # The runner's claim locks the same row: a run is either claimed before (and found below)
     # or after (and sees the handoff status).
     row = repository.by_id(session, org_id, conversation_id, for_update=True)
@@ -107,7 +112,11 @@ def take_over(
         actor_user_id=actor_user_id,
         target_type="conversation",
         target_id=row.id,
-        details={"previous_status": previous, "interrupted_run_id": str(interrupted) if interrupted else None},
+        details={
+            "previous_status": previous,
+            "interrupted_run_id": str(interrupted) if interrupted else None,
+            "via": via,
+        },
         request_id=request_id,
     )
     session.flush()
@@ -123,6 +132,7 @@ def hand_back(
     conversation_id: uuid.UUID,
     actor_user_id: uuid.UUID | None,
     request_id: str | None,
+    via: str = VIA_API,
 ) -> HandedBack:
     row = repository.by_id(session, org_id, conversation_id, for_update=True)
     if row is None:
@@ -156,7 +166,7 @@ def hand_back(
         actor_user_id=actor_user_id,
         target_type="conversation",
         target_id=row.id,
-        details={"agent_woken": wake},
+        details={"agent_woken": wake, "via": via},
         request_id=request_id,
     )
     session.flush()

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from services.api.channels import alerts
 from services.api.channels.service import open_sealed
 from services.api.core.errors import ApiError, Unauthorized, ValidationFailed
-from services.api.webhooks import repository, slash
+from services.api.webhooks import phone, repository, slash
 from services.api.webhooks.schemas import (
     ACK_EVENT,
     MESSAGE_EVENTS,
@@ -57,7 +57,7 @@ from switchboard.db.enums import (
 from switchboard.db.lookups import ChannelSessionRoute
 from switchboard.db.outbox import OutboxBatch
 from switchboard.observability.logging import get_logger
-from switchboard.slash_commands import is_run_command
+from switchboard.slash_commands import is_run_command, names_a_command
 
 log = get_logger(__name__)
 
@@ -414,6 +414,8 @@ def _store_message(
             serde=serde,
             external_id=message.id,
             from_me=from_me,
+            outbox=outbox,
+            request_id=request_id,
         )
         if handled is not None:
             return handled
@@ -475,6 +477,20 @@ def _store_message(
     reason = None
     if from_me and not (not is_group and is_run_command(message.body)):
         reason = "from_me"
+        if (
+            not is_group
+            and ingested.conversation_status == ConversationStatus.OPEN.value
+            and not names_a_command(message.body)
+            and phone.take_over_from_phone(
+                session,
+                outbox,
+                route=route,
+                conversation_id=ingested.conversation_id,
+                serde=serde,
+                request_id=request_id,
+            )
+        ):
+            reason = phone.TAKEN_OVER
     elif is_group:
         reason = "group"
     elif ingested.conversation_status != ConversationStatus.OPEN.value or ingested.contact_id is None:

@@ -1,4 +1,4 @@
-"""Slash commands handled at ingest, before dispatch [002 "I comandi slash"]: ``/todo``, ``/compact``.
+"""Slash commands handled at ingest, before dispatch [002 "I comandi slash"]: ``/todo``, ``/compact``, ``/handback``.
 
 The owner's ``/todo`` (from the business phone) is never stored as a message nor
 sent to the agent: it adds an item to the owner's to-do list (the Home digest) with
@@ -26,6 +26,10 @@ summary could be made with: ``reason: slash_compact_nothing``. A customer's ``/c
 an ordinary message: a summarization run is billed to the business, so a customer must not
 be able to start one (the same rule as the runner's commands, docs/agent-context.md).
 
+``/handback`` from the business's phone gives a conversation people took over back to the
+agents (``services.api.webhooks.phone``); never stored nor sent to the agent either, and a
+repeat finds nothing to hand back (``reason: slash_handback_nothing``).
+
 A malformed ``/todo`` (no text, too long) is ingested as an ordinary message: the
 run answers it with what is wrong, before any model call (``services.runner.commands``).
 Other commands pass through untouched: the runner handles them.
@@ -38,6 +42,7 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from services.api.webhooks.phone import HANDED_BACK, hand_back_from_phone
 from services.api.webhooks.schemas import WebhookResult
 from switchboard.contracts import RunRequested, Serde, Topics, WakeContext
 from switchboard.contracts.enums import WakeReason
@@ -45,7 +50,7 @@ from switchboard.db.lookups import ChannelSessionRoute
 from switchboard.db.models import AiAgentRun
 from switchboard.db.models.brief import TodoSource, TodoStatus, WorkspaceTodo
 from switchboard.db.models.channels import Conversation
-from switchboard.db.outbox import enqueue_record
+from switchboard.db.outbox import OutboxBatch, enqueue_record
 from switchboard.db.todos import add_todo
 from switchboard.observability.logging import get_logger
 from switchboard.slash_commands import COMPACT_REQUEST_PREFIX, CommandName, ParseError, parse
@@ -68,6 +73,8 @@ def handle_ingest_command(
     serde: Serde | None = None,
     external_id: str = "",
     from_me: bool = False,
+    outbox: OutboxBatch | None = None,
+    request_id: str | None = None,
 ) -> WebhookResult | None:
     """The delivery's result when ``text`` is a command handled at ingest; None to ingest it as a message."""
     if not text or not text.lstrip().startswith("/"):
@@ -76,6 +83,11 @@ def handle_ingest_command(
         command = parse(text)
     except ParseError:
         return None  # written wrongly: ingested as a message, and the run answers what is wrong
+    if command is not None and command.name is CommandName.HANDBACK:
+        if not from_me or serde is None:
+            return None  # a customer's /handback is plain text: only the business gives a chat back
+        reason = hand_back_from_phone(session, outbox, route=route, chat_id=chat_id, serde=serde, request_id=request_id)
+        return WebhookResult(message_id=None, dispatched=False, duplicate=reason != HANDED_BACK, reason=reason)
     if command is not None and command.name is CommandName.COMPACT:
         if not from_me or serde is None:
             return None  # a customer's /compact is plain text: only the business starts (billed) summarization

@@ -77,6 +77,9 @@ class ChannelSession(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     status: Mapped[str] = mapped_column(server_default=text("'starting'"))
     # The provider endpoint for this session; NULL means the platform's configured default.
     base_url: Mapped[str | None]
+    # Whether a message typed on the business's phone (not one Switchboard sent) takes the
+    # conversation over from the agents (revision 0032).
+    owner_replies_take_over: Mapped[bool] = mapped_column(server_default=text("true"))
     # HMAC key the provider signs webhooks with, AES-GCM sealed (associated data binds it to
     # this row). NULL: no secret yet, so every webhook for the session is refused.
     webhook_secret_ciphertext: Mapped[bytes | None]

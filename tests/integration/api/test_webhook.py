@@ -238,7 +238,8 @@ async def test_group_and_own_messages_are_stored_but_not_dispatched(
     assert group_response.json()["data"]["dispatched"] is False
     assert group_response.json()["data"]["reason"] == "group"
     assert own_response.json()["data"]["dispatched"] is False
-    assert own_response.json()["data"]["reason"] == "from_me"
+    # The business typed it on its phone: a person is answering, the agents stay out (docs/api.md).
+    assert own_response.json()["data"]["reason"] == "owner_took_over"
 
     session = db(org.org_id)
     (group_message,) = messages(session, channel, group["payload"]["id"])
@@ -249,6 +250,7 @@ async def test_group_and_own_messages_are_stored_but_not_dispatched(
     assert own_message.from_me and own_message.direction == "outbound" and own_message.body == "Já respondo!"
     own_conversation = session.get(Conversation, own_message.conversation_id)
     assert own_conversation is not None and own_conversation.chat_id == "5511966665555@c.us"
+    assert own_conversation.status == "handoff"
     assert dispatch_rows(session, group_message.conversation_id) == []
     assert dispatch_rows(session, own_message.conversation_id) == []
 
@@ -269,6 +271,9 @@ async def test_the_owner_commands_the_agent_from_the_business_phone(
     bad_response = await deliver(client, encode(bad), channel.secret)
     assert goal_response.json()["data"]["dispatched"] is True, goal_response.text
     assert (bad_response.json()["data"]["dispatched"], bad_response.json()["data"]["reason"]) == (False, "from_me")
+    # Written to the agent, not to the customer: neither takes the conversation over from the agents.
+    conversation = db(org.org_id).scalars(select(Conversation).where(Conversation.chat_id == chat)).one()
+    assert conversation.status == "open"
 
     session = db(org.org_id)
     (stored,) = messages(session, channel, goal["payload"]["id"])
@@ -630,7 +635,8 @@ async def test_the_channels_echo_of_a_platform_reply_is_not_stored_twice(
     set_tenant(session, channel.org.org_id)
     pasted = message_event(channel, chat=chat, from_me=True, body="Seu pedido saiu.", event="message.any")
     pasted_result = (await deliver(client, encode(pasted), channel.secret)).json()["data"]
-    assert (pasted_result["duplicate"], pasted_result["reason"]) == (False, "from_me")
+    # (and, the first message a person typed in this open conversation, takes it over from the agents)
+    assert (pasted_result["duplicate"], pasted_result["reason"]) == (False, "owner_took_over")
 
     echo = message_event(channel, chat=chat, from_me=True, body="Custa R$ 10.\n", event="message.any")
     first = (await deliver(client, encode(echo), channel.secret)).json()["data"]

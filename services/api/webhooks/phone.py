@@ -1,0 +1,118 @@
+"""The business answering from its own phone: a person takes the conversation over, ``/handback`` returns it.
+
+A message the business types on the phone of a connected number to a customer reaches us
+as WAHA ``message.any`` with ``fromMe``. When it is neither the echo of a message
+Switchboard sent (matched first, ``claim_own_echo``) nor a run command (``/goal`` …), a
+person is answering that customer: the agents stop in that conversation, exactly as with
+``POST …:takeover`` — status ``handoff`` (no assignee: the phone has no user), the run in
+flight interrupted, its reply withheld by the notifier (docs/api.md). Without this the next
+customer message went to the agent, which answered over the person.
+
+The owner writes ``/handback`` on the phone, in that chat, to give it back to the agents
+(the same as ``POST …:handback``: reopened, agents listening to ``assignment`` woken).
+WhatsApp shows the command to the customer like any message the business writes; there is
+no other channel from the phone. A customer's ``/handback`` is an ordinary message.
+
+A number other tools also send through (booking reminders, campaigns) turns the takeover
+off with the channel session's ``owner_replies_take_over`` (revision 0032): their messages
+are not a person answering. ``/handback`` works either way.
+
+Both run inside the webhook's group-commit transaction. The records they queue go to the
+outbox at once (``enqueue_record``), so the batch's records added before them are flushed
+first: each conversation's records keep the order the deliveries were handled in.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.api.conversations.service import VIA_BUSINESS_PHONE, NotHandedOff, hand_back, take_over
+from switchboard.contracts import Serde
+from switchboard.db.enums import ConversationStatus
+from switchboard.db.lookups import ChannelSessionRoute
+from switchboard.db.models.channels import ChannelSession, Conversation
+from switchboard.db.outbox import OutboxBatch
+from switchboard.observability.logging import get_logger
+
+log = get_logger(__name__)
+
+TAKEN_OVER = "owner_took_over"
+HANDED_BACK = "slash_handback"
+HANDBACK_NOTHING = "slash_handback_nothing"
+
+
+def take_over_from_phone(
+    session: Session,
+    outbox: OutboxBatch,
+    *,
+    route: ChannelSessionRoute,
+    conversation_id: uuid.UUID,
+    serde: Serde,
+    request_id: str | None,
+) -> bool:
+    """Whether the own message just stored took its open conversation over from the agents."""
+    enabled = session.scalar(
+        select(ChannelSession.owner_replies_take_over).where(
+            ChannelSession.org_id == route.org_id, ChannelSession.id == route.channel_session_id
+        )
+    )
+    if not enabled:
+        return False
+    outbox.flush(session)
+    take_over(
+        session,
+        serde,
+        org_id=route.org_id,
+        conversation_id=conversation_id,
+        actor_user_id=None,
+        request_id=request_id,
+        via=VIA_BUSINESS_PHONE,
+    )
+    log.info(
+        "conversation taken over from the business phone",
+        extra={"organization_id": str(route.org_id), "conversation_id": str(conversation_id)},
+    )
+    return True
+
+
+def hand_back_from_phone(
+    session: Session,
+    outbox: OutboxBatch | None,
+    *,
+    route: ChannelSessionRoute,
+    chat_id: str,
+    serde: Serde,
+    request_id: str | None,
+) -> str:
+    """The owner's ``/handback``: the delivery's reason (handed back, or nothing to hand back)."""
+    row = session.execute(
+        select(Conversation.id, Conversation.status).where(
+            Conversation.org_id == route.org_id,
+            Conversation.channel_session_id == route.channel_session_id,
+            Conversation.chat_id == chat_id,
+        )
+    ).one_or_none()
+    if row is None or row.status != ConversationStatus.HANDOFF.value:
+        return HANDBACK_NOTHING
+    if outbox is not None:
+        outbox.flush(session)
+    try:
+        hand_back(
+            session,
+            serde,
+            org_id=route.org_id,
+            conversation_id=row.id,
+            actor_user_id=None,
+            request_id=request_id,
+            via=VIA_BUSINESS_PHONE,
+        )
+    except NotHandedOff:
+        return HANDBACK_NOTHING  # handed back meanwhile (before the row lock): nothing left to do
+    log.info(
+        "conversation handed back from the business phone",
+        extra={"organization_id": str(route.org_id), "conversation_id": str(row.id)},
+    )
+    return HANDED_BACK

@@ -1,0 +1,147 @@
+"""The business answers from its own phone: a person took the conversation over (docs/api.md).
+
+The real API (webhook, group commit) and the real notifier, on the real database and broker:
+a message typed on the business phone stops the agents in that conversation — the run in
+flight is asked to stop and its reply withheld, the customer's next message is not
+dispatched — and ``/handback`` typed on the phone gives the conversation back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+from sqlalchemy import select
+
+from scripts.channel_server import ChannelServer
+from switchboard.contracts import DispatchRequested, RunStatus, Serde, Topics, WakeReason
+from switchboard.contracts.enums import SteeringKind
+from switchboard.db.models import Conversation, Message, OutboxEvent
+from switchboard.db.models.audit import AuditLogEntry
+from switchboard.settings import KafkaSettings
+from tests.integration.api.test_webhook import Channel, deliver, encode, message_event
+from tests.integration.notifier.conftest import RunningNotifier, World, eventually
+from tests.support.agents import tenant_session
+
+Publish = Callable[..., Awaitable[None]]
+Start = Callable[..., Awaitable[RunningNotifier]]
+SERDE = Serde.from_settings(KafkaSettings())
+
+
+async def webhook_channel(world: World, api: httpx.AsyncClient) -> Channel:
+    """The world's channel session with a webhook secret (rotated through the API: shown once)."""
+    rotated = await api.post(f"/api/v1/channel-sessions/{world.channel_id}:rotate-secret", headers=world.org.headers())
+    assert rotated.status_code == 200, rotated.text
+    return Channel(
+        org=world.org, id=world.channel_id, name=world.session_name, secret=rotated.json()["data"]["webhook_secret"]
+    )
+
+
+async def send(api: httpx.AsyncClient, channel: Channel, chat: str, body: str, *, from_me: bool) -> dict[str, Any]:
+    event = message_event(channel, chat=chat, body=body, from_me=from_me, event="message.any" if from_me else "message")
+    response = await deliver(api, encode(event), channel.secret, session_id=channel.id)
+    assert response.status_code == 200, response.text
+    data: dict[str, Any] = response.json()["data"]
+    return data
+
+
+def outbox(world: World, topic: Any) -> list[Any]:
+    with tenant_session(world.org) as session:
+        payloads = session.scalars(
+            select(OutboxEvent.payload)
+            .where(OutboxEvent.topic == topic.name, OutboxEvent.key == str(world.conversation_id).encode())
+            .order_by(OutboxEvent.id)
+        ).all()
+    return [SERDE.decode(topic, bytes(p)) for p in payloads]
+
+
+def conversation(world: World) -> Conversation:
+    with tenant_session(world.org) as session:
+        row = session.get(Conversation, world.conversation_id)
+        assert row is not None
+        session.expunge(row)
+        return row
+
+
+async def test_a_reply_typed_on_the_business_phone_stops_the_agents_until_handback_from_the_phone(
+    world: World, channel: ChannelServer, api: httpx.AsyncClient, publish: Publish, start_notifier: Start
+) -> None:
+    line = await webhook_channel(world, api)
+    in_flight = world.run(text="Claro, já vou verificar.")
+    going = world.run(status=RunStatus.RUNNING, text=None)
+
+    typed = await send(api, line, world.chat_id, "Oi, aqui é a Ana da loja. Já resolvo.", from_me=True)
+
+    assert (typed["dispatched"], typed["reason"]) == (False, "owner_took_over")
+    taken = conversation(world)
+    assert (taken.status, taken.assigned_user_id) == ("handoff", None)
+    [interrupt] = outbox(world, Topics.STEERING)
+    assert (interrupt.run_id, interrupt.kind) == (going.run_id, SteeringKind.INTERRUPT)
+    with tenant_session(world.org) as session:
+        audit = session.execute(
+            select(AuditLogEntry.action, AuditLogEntry.actor_user_id, AuditLogEntry.details).where(
+                AuditLogEntry.target_id == str(world.conversation_id)
+            )
+        ).all()
+    assert [(a.action, a.actor_user_id, a.details["via"]) for a in audit] == [
+        ("conversation.taken_over", None, "business_phone")
+    ]
+
+    # The run that was answering finishes now: its reply would talk over Ana, so it is withheld.
+    await start_notifier()
+    await publish(Topics.RUN_COMPLETED, in_flight)
+    await eventually(
+        lambda: [(d.status, d.error_code) for d in world.deliveries(in_flight.run_id)],
+        lambda d: d == [("failed", "conversation_with_humans")],
+    )
+    # The customer answers Ana: stored, not dispatched (the agents stay out).
+    answered = await send(api, line, world.chat_id, "Obrigado, Ana!", from_me=False)
+    assert (answered["dispatched"], answered["reason"]) == (False, "human_handoff")
+    assert outbox(world, Topics.DISPATCH_REQUESTED) == []
+
+    # Ana gives the chat back from the phone: reopened, the agents woken; the command is no message.
+    back = await send(api, line, world.chat_id, "/handback", from_me=True)
+    assert (back["dispatched"], back["reason"], back["message_id"]) == (False, "slash_handback", None)
+    reopened = conversation(world)
+    assert reopened.status == "open"
+    [wake] = outbox(world, Topics.DISPATCH_REQUESTED)
+    assert isinstance(wake, DispatchRequested) and wake.wake_reason is WakeReason.ASSIGNMENT
+    again = await send(api, line, world.chat_id, "/handback", from_me=True)
+    assert (again["reason"], again["duplicate"]) == ("slash_handback_nothing", True)
+    assert len(outbox(world, Topics.DISPATCH_REQUESTED)) == 1
+    with tenant_session(world.org) as session:
+        bodies = session.scalars(select(Message.body).where(Message.conversation_id == world.conversation_id)).all()
+    assert "/handback" not in bodies
+
+    after = world.run(text="Posso ajudar em algo mais?")
+    await publish(Topics.RUN_COMPLETED, after)
+    await eventually(lambda: [d.status for d in world.deliveries(after.run_id)], lambda s: s == ["sent"])
+    assert [s.text for s in channel.received] == ["Posso ajudar em algo mais?"]
+
+
+async def test_a_number_other_tools_send_through_can_turn_the_phone_takeover_off(
+    world: World, api: httpx.AsyncClient
+) -> None:
+    """``owner_replies_take_over: false``: a booking reminder sent through the same number is stored,
+    and the agents keep the conversation. A customer's ``/handback`` is an ordinary message."""
+    line = await webhook_channel(world, api)
+    path = f"/api/v1/channel-sessions/{world.channel_id}"
+    assert (await api.get(path, headers=world.org.headers())).json()["data"]["owner_replies_take_over"] is True
+    patched = await api.patch(path, json={"owner_replies_take_over": False}, headers=world.org.headers())
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["data"]["owner_replies_take_over"] is False
+    refused = await api.patch(path, json={"owner_replies_take_over": None}, headers=world.org.headers())
+    assert refused.status_code == 422
+
+    reminder = await send(api, line, world.chat_id, "Lembrete: sua consulta é amanhã às 10h.", from_me=True)
+    assert (reminder["dispatched"], reminder["reason"]) == (False, "from_me")
+    assert conversation(world).status == "open"
+    assert outbox(world, Topics.STEERING) == []
+
+    customer = await send(api, line, world.chat_id, "/handback", from_me=False)
+    assert customer["dispatched"] is True
+    [dispatch] = outbox(world, Topics.DISPATCH_REQUESTED)
+    assert dispatch.message is not None and dispatch.message.text == "/handback"
+    assert uuid.UUID(customer["message_id"]) == dispatch.message.message_id
