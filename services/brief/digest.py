@@ -9,7 +9,7 @@ Document shape (JSON)::
     {"date", "time_zone", "sections": [...pinned first],
      "pulse": {"text", "runs", "replies", "handoffs", "spend_micros", "spend_yesterday_micros"},
      "done": [{"action_type", "area", "count", "text"}],
-     "todo": [{"kind": "promote" | "proposed_action" | "insight" | "todo", ..., "links": {...}}],
+     "todo": [{"kind": "promote" | "proposed_action" | "insight" | "model_retired" | "todo", ..., "links": {...}}],
      "planets": [{"area", "label", "status", "done", "open", "pinned"}]}
 """
 
@@ -69,6 +69,18 @@ class RunFact:
             executed=tuple(ActionFact.from_payload(a) for a in data.get("executed") or ()),
             proposed=tuple(ActionFact.from_payload(a) for a in data.get("proposed") or ()),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RetiredModelUse:
+    """A published agent still answering with a model the catalog retired (``ai_models.deprecated_at``):
+    the provider may stop serving it any day, and every run of the agent would then fail."""
+
+    agent_id: str
+    agent_name: str
+    provider: str
+    model: str
+    retired_on: date
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +162,8 @@ class DayInputs:
     decided_actions: frozenset[str] = frozenset()
     promotions: Sequence[Promotion] = ()
     todos: Sequence[Mapping[str, Any]] = ()
+    # Published agents on retired models, as the catalog stands when the digest is composed.
+    retired_models: Sequence[RetiredModelUse] = ()
     pinned_sections: Sequence[str] = ()
     pinned_areas: Sequence[str] = ()
 
@@ -340,7 +354,28 @@ def todo(inputs: DayInputs, catalog: DigestCatalog) -> list[dict[str, Any]]:
             if action.action_id not in proposals and action.action_id not in inputs.decided_actions:
                 proposals[action.action_id] = _action_item(action, catalog)
     ordered = sorted(proposals.values(), key=lambda item: (item["area"], item["action_type"], item["action_id"]))
-    return [*promotions, *ordered, *insights, *(dict(t) for t in inputs.todos)]
+    retired = [
+        _retired_model_item(use) for use in sorted(inputs.retired_models, key=lambda u: (u.agent_name, u.agent_id))
+    ]
+    return [*promotions, *ordered, *insights, *retired, *(dict(t) for t in inputs.todos)]
+
+
+def _retired_model_item(use: RetiredModelUse) -> dict[str, Any]:
+    """The card of an agent on a retired model: what to do is publish a version with a current one."""
+    return {
+        "kind": "model_retired",
+        "id": f"model_retired:{use.agent_id}:{use.provider}:{use.model}",
+        "agent_id": use.agent_id,
+        "agent_name": use.agent_name,
+        "provider": use.provider,
+        "model": use.model,
+        "retired_on": use.retired_on.isoformat(),
+        "title": (
+            f"“{use.agent_name}” still answers with {use.model}, retired on {use.retired_on.isoformat()}: "
+            "publish a version with a current model before the provider stops serving it"
+        ),
+        "links": {"agent": f"/api/v1/agents/{use.agent_id}", "models": "/api/v1/models"},
+    }
 
 
 def planets(

@@ -17,11 +17,12 @@ from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.orm import Session
 
 from services.brief.catalog import DigestCatalog
-from services.brief.digest import DayInputs, InsightFact, Promotion, RunFact, RunTotals, compose
+from services.brief.digest import DayInputs, InsightFact, Promotion, RetiredModelUse, RunFact, RunTotals, compose
 from services.brief.facts import SPEND_FIELDS, Fact, merged
 from switchboard.autonomy import promotion_key
 from switchboard.db.daily_brief import lock_day, open_todo_items
 from switchboard.db.enums import AutonomyMode, DecisionStatus, InsightStatus
+from switchboard.db.models.agents import AiAgent, AiAgentVersion, AiModel
 from switchboard.db.models.autonomy import (
     AgentDecision,
     WorkspaceAutonomy,
@@ -282,6 +283,17 @@ def _earlier_proposing_runs(session: Session, org_id: uuid.UUID, day: date) -> l
     return [row.payload for row in rows]
 
 
+def retired_model_uses(session: Session, org_id: uuid.UUID) -> list[RetiredModelUse]:
+    """The org's published, unarchived agents whose published version's model the catalog retired."""
+    rows = session.execute(
+        select(AiAgent.id, AiAgent.name, AiAgentVersion.provider, AiAgentVersion.model, AiModel.deprecated_at)
+        .join(AiAgentVersion, AiAgentVersion.id == AiAgent.published_version_id)
+        .join(AiModel, and_(AiModel.provider == AiAgentVersion.provider, AiModel.model == AiAgentVersion.model))
+        .where(AiAgent.org_id == org_id, AiAgent.archived_at.is_(None), AiModel.deprecated_at.is_not(None))
+    )
+    return [RetiredModelUse(str(r.id), r.name, r.provider, r.model, r.deprecated_at.date()) for r in rows]
+
+
 def load_inputs(session: Session, org_id: uuid.UUID, day: date, time_zone: str, catalog: DigestCatalog) -> DayInputs:
     runs = [RunFact.from_payload(p) for p in _runs_with_actions(session, org_id, day)]
     insights = [InsightFact.from_payload(p) for p in _facts(session, org_id, day, BriefFactKind.INSIGHT)]
@@ -304,6 +316,7 @@ def load_inputs(session: Session, org_id: uuid.UUID, day: date, time_zone: str, 
         decided_actions=_decided(session, org_id, action_ids),
         promotions=promotions(session, org_id, catalog.promote_after_approvals),
         todos=open_todo_items(session, org_id),
+        retired_models=retired_model_uses(session, org_id),
         pinned_sections=tuple(prefs.pinned_sections) if prefs else (),
         pinned_areas=tuple(prefs.pinned_areas) if prefs else (),
     )

@@ -4,13 +4,16 @@ any record of the day (the morning pass)."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from sqlalchemy import create_engine, delete, insert
 
 from switchboard.contracts import Serde, Topics
+from switchboard.db.models.agents import AiAgentVersion, AiModel
 from switchboard.db.models.autonomy import AgentDecision
 from switchboard.kafka.producer import RecordProducer
 from switchboard.settings import KafkaSettings
@@ -101,3 +104,41 @@ async def test_the_morning_pass_composes_a_day_that_has_no_record_yet(
         digest = await wait_for(lambda: stored_digest(scene, tokyo_today), what="the morning digest")
     assert digest["date"] == tokyo_today.isoformat() and digest["time_zone"] == "Asia/Tokyo"
     assert digest["pulse"]["runs"] == 0 and digest["todo"] == []
+
+
+async def test_an_agent_still_on_a_retired_model_is_on_todays_todo(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
+) -> None:
+    """The catalog retired the model a published agent answers with (it left the catalog file):
+    the owner reads it on Home before the provider stops serving it and every run fails."""
+    scene = make_scene(stack.database_url)
+    retired = f"claude-retired-{uuid.uuid4().hex[:8]}"
+    owner = create_engine(stack.database_owner_url)
+    try:
+        with owner.begin() as connection:
+            connection.execute(
+                insert(AiModel).values(
+                    id=uuid.uuid4(),
+                    provider="anthropic",
+                    model=retired,
+                    display_name="Retired for a test",
+                    deprecated_at=datetime(2026, 11, 20, tzinfo=UTC),
+                )
+            )
+        with tenant_session(scene.org) as session:
+            session.get_one(AiAgentVersion, scene.version_id).model = retired
+        today = datetime.now(UTC).date()
+        async with running_brief(stack.database_url, topics, group_id, morning_interval_s=300):
+            digest = await wait_for(lambda: stored_digest(scene, today), what="the morning digest")
+        [item] = [i for i in digest["todo"] if i["kind"] == "model_retired"]
+        assert (item["agent_id"], item["provider"], item["model"], item["retired_on"]) == (
+            str(scene.agent_id),
+            "anthropic",
+            retired,
+            "2026-11-20",
+        )
+        assert item["agent_name"] == "Receptionist" and retired in item["title"]
+    finally:
+        with owner.begin() as connection:
+            connection.execute(delete(AiModel).where(AiModel.model == retired))
+        owner.dispose()

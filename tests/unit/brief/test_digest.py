@@ -12,11 +12,13 @@ from services.brief.digest import (
     DayInputs,
     InsightFact,
     Promotion,
+    RetiredModelUse,
     RunFact,
     RunTotals,
     compose,
     done_phrase,
     section_order,
+    todo,
 )
 from switchboard.areas import area_slugs
 from switchboard.db.daily_brief import HOME_SECTIONS, pinned_first
@@ -229,3 +231,15 @@ def test_replies_the_channel_refused_are_not_counted_as_replies() -> None:
     pulse = compose(inputs, CATALOG)["pulse"]
     assert pulse["replies"] == 3 and pulse["undelivered"] == 2
     assert pulse["text"].startswith("5 runs · 3 replies (2 not delivered) · 0 handoffs")
+
+
+def test_an_agent_on_a_retired_model_is_a_todo_item_with_what_to_do() -> None:
+    later = RetiredModelUse("a2", "Vendas", "openai", "gpt-4o-mini", date(2026, 11, 30))
+    first = RetiredModelUse("a1", "Agenda", "anthropic", "claude-3-haiku", date(2026, 11, 1))
+    items = todo(DayInputs(day=date(2026, 12, 3), time_zone="UTC", retired_models=[later, first]), CATALOG)
+    assert [(i["kind"], i["agent_id"], i["model"], i["retired_on"]) for i in items] == [
+        ("model_retired", "a1", "claude-3-haiku", "2026-11-01"),
+        ("model_retired", "a2", "gpt-4o-mini", "2026-11-30"),
+    ]
+    assert "publish a version with a current model" in items[0]["title"] and "Agenda" in items[0]["title"]
+    assert items[0]["links"]["agent"] == "/api/v1/agents/a1"
