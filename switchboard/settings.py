@@ -7,11 +7,12 @@ locally from ``var/stack.env`` written by ``make up``.
 
 from __future__ import annotations
 
+import ssl
 from enum import StrEnum
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from switchboard.egress import EgressPolicy
@@ -58,10 +59,33 @@ class RuntimeSettings(SharedSettings):
         return self.env is Environment.PRODUCTION
 
 
+class KafkaSecurityProtocol(StrEnum):
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self in (KafkaSecurityProtocol.SASL_PLAINTEXT, KafkaSecurityProtocol.SASL_SSL)
+
+    @property
+    def uses_tls(self) -> bool:
+        return self in (KafkaSecurityProtocol.SSL, KafkaSecurityProtocol.SASL_SSL)
+
+
+class KafkaSaslMechanism(StrEnum):
+    PLAIN = "PLAIN"
+    SCRAM_SHA_256 = "SCRAM-SHA-256"
+    SCRAM_SHA_512 = "SCRAM-SHA-512"
+
+
 class KafkaSettings(SharedSettings):
     """How to reach the broker and the (optional) schema registry."""
 
-    model_config = SettingsConfigDict(env_prefix="KAFKA_", env_file=stack_env_files(), extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="KAFKA_", env_file=stack_env_files(), extra="ignore", frozen=True, hide_input_in_errors=True
+    )
 
     bootstrap_servers: str = "127.0.0.1:9092"
     client_id: str = "switchboard"
@@ -72,6 +96,60 @@ class KafkaSettings(SharedSettings):
     # Partitions of every conversation-scoped topic (they must all share one count).
     conversation_partitions: int = Field(default=6, ge=1, le=1024)
     replication_factor: int = Field(default=1, ge=1)
+    # How clients authenticate to the broker (docs/deploy.md, "Kafka security"): plaintext for
+    # the local stack; TLS and/or SASL for a managed or secured cluster.
+    security_protocol: KafkaSecurityProtocol = KafkaSecurityProtocol.PLAINTEXT
+    sasl_mechanism: KafkaSaslMechanism = KafkaSaslMechanism.PLAIN
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    # TLS: the CA bundle that signed the brokers' certificates (default: the system's), and a
+    # client certificate and key for brokers that authenticate clients by certificate (mTLS).
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+
+    @field_validator("sasl_username", "ssl_cafile", "ssl_certfile", "ssl_keyfile", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # config.env lists every setting; an empty one means "not set", never the path ".".
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _security_is_complete(self) -> Self:
+        if self.security_protocol.uses_sasl and (not self.sasl_username or self.sasl_password is None):
+            raise ValueError(
+                f"KAFKA_SECURITY_PROTOCOL={self.security_protocol.value} "
+                "needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD"
+            )
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("KAFKA_SSL_CERTFILE and KAFKA_SSL_KEYFILE go together (a client certificate and its key)")
+        return self
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of every connection to the broker; None without TLS."""
+        if not self.security_protocol.uses_tls:
+            return None
+        context = ssl.create_default_context(cafile=str(self.ssl_cafile) if self.ssl_cafile else None)
+        if self.ssl_certfile is not None and self.ssl_keyfile is not None:
+            context.load_cert_chain(certfile=str(self.ssl_certfile), keyfile=str(self.ssl_keyfile))
+        return context
+
+    def client_options(self) -> dict[str, Any]:
+        """What every aiokafka client (producer, consumer, admin) is built with: where the broker is
+        and how to authenticate. One place, so no client is ever left on plaintext by mistake."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "security_protocol": self.security_protocol.value,
+        }
+        context = self.ssl_context()
+        if context is not None:
+            options["ssl_context"] = context
+        if self.security_protocol.uses_sasl:
+            assert self.sasl_password is not None  # checked by the validator
+            options["sasl_mechanism"] = self.sasl_mechanism.value
+            options["sasl_plain_username"] = self.sasl_username
+            options["sasl_plain_password"] = self.sasl_password.get_secret_value()
+        return options
 
     def consumer_group(self, name: str) -> str:
         """A consumer group scoped like the topics: stacks that share a broker under different

@@ -70,6 +70,8 @@ SECRET_NAME = re.compile(r"(SECRET|PASSWORD|PASSWD|PRIVATE_KEY|(^|_)(KEYS?|TOKEN
 SECRET_HOMES: tuple[tuple[str, str], ...] = (
     (r"^DATABASE_", "switchboard-database"),
     (r"^SWITCHBOARD_ENCRYPTION_KEYS$", "switchboard-encryption"),
+    # The broker's SASL password (KAFKA_SECURITY_PROTOCOL=SASL_*), for every workload.
+    (r"^KAFKA_", "switchboard-kafka"),
     # Platform keys of the LLM providers (the fallback when an org brought none).
     (r"_API_KEY$", "switchboard-providers"),
     # Everything else authenticates calls between endpoints: webhook signatures, the run

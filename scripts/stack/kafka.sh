@@ -6,6 +6,7 @@
 #   kafka.sh start     format storage on first start, start, wait until the broker answers
 #   kafka.sh stop      stop it and wait until its ports are closed
 #   kafka.sh status    print running/stopped
+#   kafka.sh env       the SASL listener's address and credentials, for var/stack.env
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -14,6 +15,8 @@ KAFKA_DIR="$VAR_DIR/kafka"
 KAFKA_DATA="$KAFKA_DIR/data"
 KAFKA_PID="$KAFKA_DIR/kafka.pid"
 KAFKA_CONFIG="$KAFKA_DIR/server.properties"
+# The SASL listener's password: random per machine, kept beside the broker's data (mode 600).
+KAFKA_SASL_PASSWORD_FILE="$KAFKA_DIR/sasl-password"
 
 install() {
   if [[ -f "$KAFKA_LIBS/.complete" ]]; then return 0; fi
@@ -26,18 +29,29 @@ install() {
   touch "$KAFKA_LIBS/.complete"
 }
 
-write_config() {
-  mkdir -p "$KAFKA_DIR/logs"
-  cat > "$KAFKA_CONFIG" <<PROPS
+sasl_password() {
+  if [[ ! -s "$KAFKA_SASL_PASSWORD_FILE" ]]; then
+    mkdir -p "$KAFKA_DIR"
+    ( umask 077; od -An -N16 -tx1 /dev/urandom | tr -d ' \n' > "$KAFKA_SASL_PASSWORD_FILE" )
+  fi
+  cat "$KAFKA_SASL_PASSWORD_FILE"
+}
+
+# The broker's configuration, on stdout.
+render_config() {
+  local password; password="$(sasl_password)"
+  cat <<PROPS
 # Written by scripts/stack/kafka.sh; edit the script, not this file.
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT
+listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT,SASL_PLAINTEXT://$KAFKA_HOST:$KAFKA_SASL_PORT
+advertised.listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT,SASL_PLAINTEXT://$KAFKA_HOST:$KAFKA_SASL_PORT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$KAFKA_SASL_USERNAME="$password";
 log.dirs=$KAFKA_DATA
 num.partitions=1
 # Topics are created explicitly by "switchboard topics create", never by accident.
@@ -53,6 +67,14 @@ log.retention.hours=168
 PROPS
 }
 
+write_config() {
+  mkdir -p "$KAFKA_DIR/logs"
+  ( umask 077; render_config > "$KAFKA_CONFIG" )
+}
+
+# Whether the running broker was started with another configuration (an older checkout's).
+config_changed() { [[ -f "$KAFKA_CONFIG" ]] && ! diff -q <(render_config) "$KAFKA_CONFIG" >/dev/null; }
+
 java_args() {
   printf '%s\n' "-Xmx$KAFKA_HEAP" "-Xms$KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
     "-Dlog4j2.configurationFile=$SCRIPT_DIR/kafka-log4j2.yaml" "-Dkafka.logs.dir=$KAFKA_DIR/logs" -cp "$KAFKA_LIBS/*"
@@ -62,6 +84,10 @@ java_cmd() { local args; mapfile -t args < <(java_args); java "${args[@]}" "$@";
 
 start() {
   install
+  if pid_alive "$KAFKA_PID" && config_changed; then
+    log "kafka's configuration changed: restarting it"
+    stop
+  fi
   if pid_alive "$KAFKA_PID"; then log "kafka already running (pid $(cat "$KAFKA_PID"))"; return 0; fi
   if port_open "$KAFKA_PORT"; then die "port $KAFKA_PORT is taken by another process (set SWITCHBOARD_KAFKA_PORT)"; fi
   write_config
@@ -82,6 +108,7 @@ start() {
     stop_pid "$KAFKA_PID" 10
     die "kafka did not open port $KAFKA_PORT within 60s (logs: $KAFKA_DIR/logs)"
   fi
+  wait_port "$KAFKA_SASL_PORT" 30 || die "kafka did not open its SASL port $KAFKA_SASL_PORT (logs: $KAFKA_DIR/logs)"
   log "kafka is listening (pid $(cat "$KAFKA_PID"))"
 }
 
@@ -90,11 +117,19 @@ stop() {
   stop_pid "$KAFKA_PID" 45
   wait_port "$KAFKA_PORT" 15 closed || die "port $KAFKA_PORT still open after stopping kafka"
   wait_port "$KAFKA_CONTROLLER_PORT" 15 closed || die "port $KAFKA_CONTROLLER_PORT still open after stopping kafka"
+  wait_port "$KAFKA_SASL_PORT" 15 closed || die "port $KAFKA_SASL_PORT still open after stopping kafka"
+}
+
+# The SASL listener's settings for var/stack.env (tests use them; services keep the plaintext one).
+env() {
+  echo "SWITCHBOARD_KAFKA_SASL_BOOTSTRAP=$KAFKA_HOST:$KAFKA_SASL_PORT"
+  echo "SWITCHBOARD_KAFKA_SASL_USERNAME=$KAFKA_SASL_USERNAME"
+  echo "SWITCHBOARD_KAFKA_SASL_PASSWORD=$(sasl_password)"
 }
 
 status() { if pid_alive "$KAFKA_PID"; then echo "kafka: running (pid $(cat "$KAFKA_PID"), $KAFKA_HOST:$KAFKA_PORT)"; else echo "kafka: stopped"; fi; }
 
 case "${1:-}" in
-  install|start|stop|status) "$1" ;;
-  *) die "usage: kafka.sh install|start|stop|status" ;;
+  install|start|stop|status|env) "$1" ;;
+  *) die "usage: kafka.sh install|start|stop|status|env" ;;
 esac

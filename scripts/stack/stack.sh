@@ -17,6 +17,7 @@ write_stack_env() {
     {
       echo "# Written by 'make up' (scripts/stack/stack.sh). Connection settings of the local stack."
       echo "KAFKA_BOOTSTRAP_SERVERS=$KAFKA_HOST:$KAFKA_PORT"
+      "$SCRIPT_DIR/kafka.sh" env
       "$SCRIPT_DIR/postgres.sh" env
     } > "$tmp" )
   mv "$tmp" "$STACK_ENV"

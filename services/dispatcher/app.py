@@ -72,6 +72,23 @@ def broker_url(bootstrap_servers: str) -> str:
     return ";".join(f"kafka://{host.strip()}" for host in bootstrap_servers.split(",") if host.strip())
 
 
+def broker_credentials(kafka: KafkaSettings) -> faust.types.auth.CredentialsT | None:
+    """faust's form of ``KAFKA_SECURITY_PROTOCOL`` and its SASL/TLS settings (the other services'
+    clients take ``KafkaSettings.client_options``); None for plaintext."""
+    context = kafka.ssl_context()
+    if kafka.security_protocol.uses_sasl:
+        assert kafka.sasl_password is not None  # KafkaSettings checks it
+        return faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=kafka.sasl_password.get_secret_value(),
+            ssl_context=context,
+            mechanism=kafka.sasl_mechanism.value,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
 class TableStore:
     """The processor's ``StateStore`` on the faust table (faust recovers it from the changelog)."""
 
@@ -124,6 +141,7 @@ class DispatcherApp:
         self.app = faust.App(
             app_id(kafka),
             broker=broker_url(kafka.bootstrap_servers),
+            broker_credentials=broker_credentials(kafka),
             datadir=self._datadir.name,
             store="memory://",
             autodiscover=False,

@@ -43,7 +43,7 @@ class PublishedFeed:
     async def _follow(self, stop: asyncio.Event) -> None:
         name = Topics.PUBLISHED.physical_name(self._kafka)
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._kafka.bootstrap_servers,
+            **self._kafka.client_options(),
             client_id=f"{self._kafka.client_id}-dispatcher-published",
             group_id=None,
             enable_auto_commit=False,

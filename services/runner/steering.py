@@ -114,7 +114,7 @@ class SteeringListener:
     async def run(self, stop: asyncio.Event) -> None:
         consumer = AIOKafkaConsumer(
             Topics.STEERING.physical_name(self._kafka),
-            bootstrap_servers=self._kafka.bootstrap_servers,
+            **self._kafka.client_options(),
             client_id=f"{self._kafka.client_id}-{self._client_id}-steering",
             group_id=None,
             enable_auto_commit=False,

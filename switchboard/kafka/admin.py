@@ -33,9 +33,7 @@ async def _connect(settings: KafkaSettings, wait_s: float) -> AIOKafkaAdminClien
     """Connect, retrying until the broker answers or ``wait_s`` elapsed."""
     deadline = time.monotonic() + wait_s
     while True:
-        admin = AIOKafkaAdminClient(
-            bootstrap_servers=settings.bootstrap_servers, client_id=f"{settings.client_id}-admin"
-        )
+        admin = AIOKafkaAdminClient(**settings.client_options(), client_id=f"{settings.client_id}-admin")
         try:
             await admin.start()
             await admin.list_topics()

@@ -185,7 +185,7 @@ class RecordConsumer:
         """Consume until ``stop`` is set; commits what was handled before returning."""
         self._stop = stop
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._kafka.bootstrap_servers,
+            **self._kafka.client_options(),
             client_id=f"{self._kafka.client_id}-{self._service}",
             group_id=self._group_id,
             enable_auto_commit=False,

@@ -135,7 +135,7 @@ async def read_dead_letters(
     serde = Serde.from_settings(settings)
     name = Topics.DEAD_LETTER.physical_name(settings)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
+        **settings.client_options(),
         client_id=f"{settings.client_id}-dead-letters",
         group_id=None,
         enable_auto_commit=False,
@@ -229,7 +229,7 @@ async def replay(
     if not sendable:
         return report
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
+        **settings.client_options(),
         client_id=f"{settings.client_id}-dead-letters",
         enable_idempotence=True,
         acks="all",

@@ -476,7 +476,7 @@ class OutboxRelay:
     async def _start_producer(self) -> None:
         settings = self._settings
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self._kafka.bootstrap_servers,
+            **self._kafka.client_options(),
             client_id=f"{self._kafka.client_id}-{self._service}-outbox",
             enable_idempotence=True,
             acks="all",

@@ -53,7 +53,7 @@ class RecordProducer:
         self._service = service
         self._partitioner = CachingPartitioner()
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=kafka.bootstrap_servers,
+            **kafka.client_options(),
             client_id=f"{kafka.client_id}-{service}",
             enable_idempotence=True,
             acks="all",
@@ -64,7 +64,11 @@ class RecordProducer:
         self._partitions: dict[str, list[int]] = {}
 
     async def start(self) -> None:
-        await self._producer.start()
+        try:
+            await self._producer.start()
+        except BaseException:
+            await self._producer.stop()  # nothing left open when the broker refuses us (a wrong password)
+            raise
 
     async def stop(self) -> None:
         await self._producer.stop()

@@ -22,14 +22,16 @@ class PrivateBroker:
     var_dir: Path
     port: int
     controller_port: int
+    sasl_port: int
 
     @classmethod
     def create(cls, var_dir: Path) -> PrivateBroker:
-        port = pick_port()
-        controller = pick_port()
-        while controller == port:
-            controller = pick_port()
-        return cls(var_dir, port, controller)
+        ports: list[int] = []
+        while len(ports) < 3:  # the client, controller and SASL listeners, all distinct
+            candidate = pick_port()
+            if candidate not in ports:
+                ports.append(candidate)
+        return cls(var_dir, *ports)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -45,6 +47,7 @@ class PrivateBroker:
             "SWITCHBOARD_VAR_DIR": str(self.var_dir),
             "SWITCHBOARD_KAFKA_PORT": str(self.port),
             "SWITCHBOARD_KAFKA_CONTROLLER_PORT": str(self.controller_port),
+            "SWITCHBOARD_KAFKA_SASL_PORT": str(self.sasl_port),
             "SWITCHBOARD_KAFKA_HEAP": os.environ.get("CHAOS_KAFKA_HEAP", "384m"),
         }
         done = subprocess.run(

@@ -30,6 +30,7 @@ def private_stack_env() -> Iterator[dict[str, str]]:
         "SWITCHBOARD_VAR_DIR": str(var_dir),
         "SWITCHBOARD_KAFKA_PORT": str(free_port()),
         "SWITCHBOARD_KAFKA_CONTROLLER_PORT": str(free_port()),
+        "SWITCHBOARD_KAFKA_SASL_PORT": str(free_port()),
         "SWITCHBOARD_PG_PORT": str(free_port()),
     }
     yield env
@@ -50,6 +51,7 @@ def test_up_twice_down_up_down_leaves_nothing_listening(private_stack_env: dict[
     ports = [
         int(env["SWITCHBOARD_KAFKA_PORT"]),
         int(env["SWITCHBOARD_KAFKA_CONTROLLER_PORT"]),
+        int(env["SWITCHBOARD_KAFKA_SASL_PORT"]),
         int(env["SWITCHBOARD_PG_PORT"]),
     ]
 
@@ -59,9 +61,11 @@ def test_up_twice_down_up_down_leaves_nothing_listening(private_stack_env: dict[
     assert f"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:{env['SWITCHBOARD_KAFKA_PORT']}" in stack_env
     assert f"@127.0.0.1:{env['SWITCHBOARD_PG_PORT']}/switchboard" in stack_env
     assert "DATABASE_OWNER_URL=" in stack_env
+    assert f"SWITCHBOARD_KAFKA_SASL_BOOTSTRAP=127.0.0.1:{env['SWITCHBOARD_KAFKA_SASL_PORT']}" in stack_env
 
     second = _make("up", env)
     assert "already running" in second.stderr
+    assert "configuration changed" not in second.stderr, "an unchanged config never restarts the broker"
 
     _make("down", env)
     assert not any(listening(p) for p in ports)

@@ -22,11 +22,22 @@ STACK_SCRIPT = REPO_ROOT / "scripts" / "stack" / "stack.sh"
 
 
 @dataclass(frozen=True)
+class SaslListener:
+    """The local broker's SASL/PLAIN listener (scripts/stack/kafka.sh): where and who."""
+
+    bootstrap_servers: str
+    username: str
+    password: str
+
+
+@dataclass(frozen=True)
 class StackEndpoints:
     kafka_bootstrap_servers: str
     database_url: str  # application role: subject to row-level security
     database_owner_url: str  # owner role: migrations, test setup
     source: str  # "environment" | "local-stack" | "testcontainers" | "launcher"
+    # None on a broker started without it (testcontainers, an external one).
+    kafka_sasl: SaslListener | None = None
 
 
 def _read_env_file(path: Path) -> dict[str, str]:
@@ -58,6 +69,15 @@ def _from_mapping(values: dict[str, str], source: str) -> StackEndpoints:
         database_url=values["DATABASE_URL"],
         database_owner_url=values.get("DATABASE_OWNER_URL", values["DATABASE_URL"]),
         source=source,
+        kafka_sasl=(
+            SaslListener(
+                values["SWITCHBOARD_KAFKA_SASL_BOOTSTRAP"],
+                values["SWITCHBOARD_KAFKA_SASL_USERNAME"],
+                values["SWITCHBOARD_KAFKA_SASL_PASSWORD"],
+            )
+            if "SWITCHBOARD_KAFKA_SASL_BOOTSTRAP" in values
+            else None
+        ),
     )
 
 

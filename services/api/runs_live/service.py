@@ -255,7 +255,7 @@ async def run_events(
     """
     topic = Topics.RUN_EVENTS.physical_name(kafka)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=kafka.bootstrap_servers,
+        **kafka.client_options(),
         client_id=f"{kafka.client_id}-sse",
         group_id=None,
         enable_auto_commit=False,

@@ -34,6 +34,7 @@ from switchboard.db.session import tenant_transaction
 from switchboard.kafka.producer import RecordProducer
 from switchboard.settings import KafkaSettings
 from tests.integration.db.conftest import MigratedDatabase
+from tests.support.stack import StackEndpoints
 
 from .harness import (
     Behavior,
@@ -248,6 +249,36 @@ async def test_wakes_aimed_at_three_agents_in_one_conversation_run_each_agent_on
         assert [r.dispatch_ids for r in observer.run_requests] == [(w.event_id,) for w in wakes]
         assert observer.steering == [], "nobody interrupted a run on another agent's behalf"
         assert_no_overlap(runner.intervals)
+
+
+async def test_a_worker_on_a_sasl_listener_dispatches_and_never_logs_its_password(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+    stack: StackEndpoints,
+) -> None:
+    """faust's consumer and producer, the published feed and our producers all authenticate with
+    ``KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT`` (docs/deploy.md); at DEBUG, the password appears in
+    none of the worker's output."""
+    listener = stack.kafka_sasl
+    assert listener is not None, "the local broker has no SASL listener: run `make up`"
+    org = make_org()
+    await producer.send(Topics.PUBLISHED, publish_record(org, agent_snapshot(org, SESSION)))
+    worker = await worker_factory(
+        KAFKA_BOOTSTRAP_SERVERS=listener.bootstrap_servers,
+        KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT",
+        KAFKA_SASL_USERNAME=listener.username,
+        KAFKA_SASL_PASSWORD=listener.password,
+        SWITCHBOARD_LOG_LEVEL="DEBUG",
+    )
+    async with Observer(topics) as observer, StandInRunner(topics):
+        request = dispatch_record(org, uuid.uuid4(), SESSION)
+        await producer.send(Topics.DISPATCH_REQUESTED, request)
+        await observer.wait_for(lambda: observer.run_requests != [], what="the run request")
+    assert [r.dispatch_ids for r in observer.run_requests] == [(request.event_id,)]
+    # Only SASL gets through that port (a plaintext client is refused there), so the run request proves it.
+    assert listener.password not in worker.logs()
 
 
 # --------------------------------------------------------------------------- crash and restart
