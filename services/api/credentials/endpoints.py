@@ -12,6 +12,7 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Query, Request, status
+from sqlalchemy.orm import Session
 
 from services.api.core.auth import AdminWrite, Manager
 from services.api.core.errors import (
@@ -26,7 +27,7 @@ from services.api.core.errors import (
 from services.api.core.responses import Envelope
 from services.api.credentials import service
 from services.api.credentials.background import ValidationDeps, validate_in_background
-from services.api.credentials.schemas import CreateCredential, CredentialProvider, CredentialView
+from services.api.credentials.schemas import CreateCredential, CredentialProvider, CredentialView, UpdateCredential
 from services.api.settings import ApiSettings
 from switchboard.credentials import ProviderSettings
 from switchboard.crypto import KeyRing
@@ -136,6 +137,43 @@ async def revalidate_credential(
     )
     background.add_task(validate_in_background, _validation_deps(request), p.org_id, credential_id)
     return Envelope(data=pending)
+
+
+@router.patch(
+    "/credentials/{credential_id}",
+    response_model=Envelope[CredentialView],
+    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, Conflict, ValidationFailed),
+)
+async def update_credential(
+    credential_id: uuid.UUID, body: UpdateCredential, ctx: AdminWrite, request: Request, background: BackgroundTasks
+) -> Envelope[CredentialView]:
+    """Rename it, make it the provider's default (or stop), or replace its key in place.
+
+    A new ``api_key`` is used by every version naming this credential from its next run, and is
+    checked in the background (``validation_status: pending`` until then): rotating a leaked key
+    is this one call. Only the properties sent change."""
+    keyring = _keyring(request)
+    p = ctx.principal
+    api_key = body.api_key.get_secret_value() if body.api_key is not None else None
+
+    def update(s: Session) -> tuple[CredentialView, bool]:
+        row, replaced = service.update_credential(
+            s,
+            keyring,
+            org_id=p.org_id,
+            credential_id=credential_id,
+            actor_user_id=p.user_id,
+            label=body.label,
+            api_key=api_key,
+            is_default=body.is_default,
+            request_id=ctx.request_id,
+        )
+        return service.view(row), replaced
+
+    updated, key_replaced = await ctx.session.run_sync(update)
+    if key_replaced:
+        background.add_task(validate_in_background, _validation_deps(request), p.org_id, credential_id)
+    return Envelope(data=updated)
 
 
 @router.delete(

@@ -64,6 +64,30 @@ def check_base_url(value: str | None) -> str | None:
     return parts.geturl().rstrip("/")
 
 
+def check_label(value: str) -> str:
+    value = value.strip()
+    if not value or not value.isprintable():
+        raise ValueError("must be printable text")
+    return value
+
+
+def check_key_shape(value: SecretStr) -> SecretStr:
+    key = value.get_secret_value().strip()
+    # Printable ASCII without spaces: anything else is a paste accident, and it could not
+    # travel in an HTTP header anyway. The message never repeats the key.
+    if not key or not all(33 <= ord(ch) <= 126 for ch in key):
+        raise ValueError("must be printable ASCII without spaces")
+    return SecretStr(key)
+
+
+def key_prefix_problem(provider: str, base_url: str | None, key: str) -> str | None:
+    """Why ``key`` cannot be the provider's (its own endpoint wants its own prefix); None if it can."""
+    prefix = KEY_PREFIXES[provider]
+    if base_url is None and not key.startswith(prefix):
+        return f"a {provider} key starts with {prefix!r}; check the provider"
+    return None
+
+
 class CreateCredential(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -86,30 +110,38 @@ class CreateCredential(BaseModel):
 
     _check_url = field_validator("base_url")(check_base_url)
 
-    @field_validator("label")
-    @classmethod
-    def _label(cls, value: str) -> str:
-        value = value.strip()
-        if not value or not value.isprintable():
-            raise ValueError("must be printable text")
-        return value
-
-    @field_validator("api_key")
-    @classmethod
-    def _key_shape(cls, value: SecretStr) -> SecretStr:
-        key = value.get_secret_value().strip()
-        # Printable ASCII without spaces: anything else is a paste accident, and it could not
-        # travel in an HTTP header anyway. The message never repeats the key.
-        if not key or not all(33 <= ord(ch) <= 126 for ch in key):
-            raise ValueError("must be printable ASCII without spaces")
-        return SecretStr(key)
+    _check_label = field_validator("label")(check_label)
+    _check_key = field_validator("api_key")(check_key_shape)
 
     @model_validator(mode="after")
     def _prefix_matches_provider(self) -> CreateCredential:
-        prefix = KEY_PREFIXES[self.provider.value]
-        if self.base_url is None and not self.api_key.get_secret_value().startswith(prefix):
-            raise ValueError(f"a {self.provider.value} key starts with {prefix!r}; check the provider")
+        problem = key_prefix_problem(self.provider.value, self.base_url, self.api_key.get_secret_value())
+        if problem is not None:
+            raise ValueError(problem)
         return self
+
+
+class UpdateCredential(BaseModel):
+    """Only the properties sent change. A new ``api_key`` replaces the key in place: every agent
+    version that names this credential uses it from its next run (one-step rotation)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str | None = Field(default=None, min_length=1, max_length=200)
+    api_key: SecretStr | None = Field(
+        default=None, min_length=8, max_length=512, description="A new key for the same provider; never returned"
+    )
+    is_default: bool | None = Field(default=None, description="Make this the provider's default key, or stop")
+
+    @field_validator("label", "api_key", "is_default", mode="before")
+    @classmethod
+    def _not_null(cls, value: object) -> object:
+        if value is None:
+            raise ValueError("cannot be null; leave the property out to keep it")
+        return value
+
+    _check_label = field_validator("label")(check_label)
+    _check_key = field_validator("api_key")(check_key_shape)
 
 
 class CredentialView(BaseModel):

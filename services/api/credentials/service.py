@@ -1,4 +1,4 @@
-"""Credential rules: store a key sealed, list and show the safe view, revalidate, delete.
+"""Credential rules: store a key sealed, list and show the safe view, update, revalidate, delete.
 
 Functions take a sync ``Session`` whose transaction the caller owns and never
 commit. The plaintext key exists only inside :func:`create_credential` (sealed
@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from services.api.core.errors import Conflict, NotFound
+from services.api.core.errors import Conflict, NotFound, ValidationFailed
 from services.api.credentials import repository
-from services.api.credentials.schemas import CredentialProvider, CredentialView
+from services.api.credentials.schemas import CredentialProvider, CredentialView, key_prefix_problem
 from services.api.credentials.validation import ValidationOutcome
 from switchboard.credentials import last4, seal_api_key
 from switchboard.crypto import KeyRing
@@ -63,6 +63,23 @@ def _label_conflict() -> Conflict:
     return Conflict("A credential with this label already exists for this provider", details={"reason": "label_taken"})
 
 
+def _flush_or_conflict(session: Session) -> None:
+    """Flush; a concurrent writer that took the label or the default first is a 409. The unique
+    indexes decide; the statement is never echoed (it holds the ciphertext)."""
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
+        if constraint == _LABEL_INDEX:
+            raise _label_conflict() from None
+        if constraint == _DEFAULT_INDEX:
+            raise Conflict(
+                "Another default for this provider was set at the same moment; retry",
+                details={"reason": "default_taken"},
+            ) from None
+        raise
+
+
 def create_credential(
     session: Session,
     keyring: KeyRing,
@@ -102,19 +119,7 @@ def create_credential(
         created_by=actor_user_id,
     )
     session.add(row)
-    try:
-        session.flush()
-    except IntegrityError as exc:
-        # Two concurrent creates: the unique indexes decide; never echo the statement (it holds the ciphertext).
-        constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
-        if constraint == _LABEL_INDEX:
-            raise _label_conflict() from None
-        if constraint == _DEFAULT_INDEX:
-            raise Conflict(
-                "Another default for this provider was set at the same moment; retry",
-                details={"reason": "default_taken"},
-            ) from None
-        raise
+    _flush_or_conflict(session)
     record_audit(
         session,
         org_id=org_id,
@@ -137,6 +142,77 @@ def create_credential(
         extra={"credential_id": str(row.id), "organization_id": str(org_id), "provider": provider.value},
     )
     return row
+
+
+class KeyNotForProvider(ValidationFailed):
+    code = "credential_key_mismatch"
+    default_message = "The new key does not look like a key of this credential's provider"
+
+
+def update_credential(
+    session: Session,
+    keyring: KeyRing,
+    *,
+    org_id: uuid.UUID,
+    credential_id: uuid.UUID,
+    actor_user_id: uuid.UUID | None,
+    label: str | None,
+    api_key: str | None,
+    is_default: bool | None,
+    request_id: str | None,
+) -> tuple[AiProviderCredential, bool]:
+    """Rename, move the default, or replace the key in place; the row and whether its key changed.
+
+    A new key is sealed for the same row (so every version naming the credential uses it from its
+    next run: a leaked key is rotated in one call), shown by its new ``last4`` and ``pending``
+    until the background check (the caller schedules it). Never audited with the key itself.
+    """
+    row = repository.live(session, org_id, credential_id, lock=True)
+    if row is None:
+        raise NotFound("No such credential")
+    audited: dict[str, object] = {}
+    if label is not None and label != row.label:
+        if repository.label_taken(session, org_id, row.provider, label):
+            raise _label_conflict()
+        audited["label"] = {"from": row.label, "to": label}
+        row.label = label
+    if is_default is not None and is_default != row.is_default:
+        if is_default:
+            repository.clear_default(session, org_id, row.provider)
+        row.is_default = is_default
+        audited["is_default"] = is_default
+    if api_key is not None:
+        problem = key_prefix_problem(row.provider, row.base_url, api_key)
+        if problem is not None:
+            raise KeyNotForProvider(problem)
+        sealed = seal_api_key(keyring, org_id=org_id, credential_id=row.id, api_key=api_key)
+        audited["key_replaced"] = {
+            "last4_from": row.last4,
+            "last4_to": last4(api_key),
+            "encryption_key_id": sealed.key_id,
+        }
+        row.ciphertext, row.iv, row.tag, row.key_id = sealed.ciphertext, sealed.iv, sealed.tag, sealed.key_id
+        row.last4 = last4(api_key)
+        row.validation_status = CredentialValidation.PENDING.value
+        row.validation_error = None
+        row.validated_at = None
+        row.models_available = None
+    if not audited:
+        return row, False
+    _flush_or_conflict(session)
+    record_audit(
+        session,
+        org_id=org_id,
+        action="ai_credential.updated",
+        actor_user_id=actor_user_id,
+        target_type="ai_provider_credential",
+        target_id=row.id,
+        details={"provider": row.provider, **audited},
+        request_id=request_id,
+    )
+    session.flush()
+    session.refresh(row)
+    return row, api_key is not None
 
 
 def list_credentials(

@@ -492,6 +492,77 @@ async def test_one_default_per_provider_moves_to_the_newest(client: httpx.AsyncC
     assert [c["id"] for c in only_openai.json()["data"]] == [other["id"]]
 
 
+async def test_a_leaked_key_is_replaced_in_place_and_checked_again(
+    client: httpx.AsyncClient, org: OrgHandle, fake_providers: FakeProviders, stack: StackEndpoints
+) -> None:
+    """``PATCH`` with a new ``api_key``: the same credential (every version naming it) now holds the
+    new key, sealed for its row, shown by its new last four, ``pending`` until the background check
+    accepts it. Neither key appears in the response or the audit entry."""
+    created = (await _create(client, org, label="Production")).json()["data"]
+    assert (await _settled(client, org, created["id"]))["validation_status"] == "valid"
+    fresh = "sk-ant-api03-rotated-" + "r" * 24
+    fake_providers.accepted.add(fresh)
+
+    patched = await client.patch(f"/api/v1/credentials/{created['id']}", json={"api_key": fresh}, headers=org.headers())
+
+    assert patched.status_code == 200, patched.text
+    data = patched.json()["data"]
+    assert (data["id"], data["last4"], data["validation_status"]) == (created["id"], fresh[-4:], "pending")
+    assert data["validated_at"] is None and data["models_available"] is None
+    _assert_absent(fresh, patched.text)
+    _assert_absent(ANTHROPIC_GOOD, patched.text)
+    settled = await _settled(client, org, created["id"])
+    assert settled["validation_status"] == "valid"
+    assert fake_providers.requests[-1]["x-api-key"] == fresh
+    row = _row_values(stack, org.org_id, created["id"])
+    sealed = Sealed(bytes(row["ciphertext"]), bytes(row["iv"]), bytes(row["tag"]), row["key_id"])
+    opened = KeyRing.from_settings().open(sealed, aad=credential_aad(org.org_id, uuid.UUID(created["id"])))
+    assert opened.decode() == fresh
+    engine = create_engine(stack.database_url, pool_size=1)
+    try:
+        with engine.connect() as conn, tenant_transaction(conn, org.org_id):
+            audit = conn.execute(
+                text("SELECT action, details FROM audit_log WHERE target_id = :id ORDER BY created_at, id"),
+                {"id": created["id"]},
+            ).all()
+    finally:
+        engine.dispose()
+    [updated] = [a.details for a in audit if a.action == "ai_credential.updated"]
+    assert updated["key_replaced"]["last4_from"] == ANTHROPIC_GOOD[-4:]
+    assert updated["key_replaced"]["last4_to"] == fresh[-4:]
+    _assert_absent(fresh, updated)
+    _assert_absent(ANTHROPIC_GOOD, updated)
+
+
+async def test_update_renames_moves_the_default_and_refuses_what_does_not_fit(
+    client: httpx.AsyncClient, org: OrgHandle
+) -> None:
+    first = (await _create(client, org, label="Old", is_default=True)).json()["data"]
+    second = (await _create(client, org, label="New")).json()["data"]
+    path = f"/api/v1/credentials/{second['id']}"
+
+    promoted = await client.patch(path, json={"is_default": True, "label": "Main"}, headers=org.headers())
+    assert promoted.status_code == 200, promoted.text
+    assert (promoted.json()["data"]["is_default"], promoted.json()["data"]["label"]) == (True, "Main")
+    listed = {c["id"]: c for c in (await client.get("/api/v1/credentials", headers=org.headers())).json()["data"]}
+    assert listed[first["id"]]["is_default"] is False
+    assert promoted.json()["data"]["validation_status"] != "pending", "no new key: nothing to check again"
+
+    taken = await client.patch(path, json={"label": "Old"}, headers=org.headers())
+    assert taken.status_code == 409 and taken.json()["error"]["details"]["reason"] == "label_taken"
+    google_key = "AIzaSyNotAnthropic" + "g" * 20
+    mismatch = await client.patch(path, json={"api_key": google_key}, headers=org.headers())
+    assert mismatch.status_code == 422 and mismatch.json()["error"]["code"] == "credential_key_mismatch"
+    _assert_absent(google_key, mismatch.text)
+    for body in ({"api_key": None}, {"is_default": None}, {"base_url": "http://127.0.0.1:1/v1"}, {"api_key": "short"}):
+        refused = await client.patch(path, json=body, headers=org.headers())
+        assert refused.status_code == 422, (body, refused.text)
+    manager = await client.patch(path, json={"label": "Mine"}, headers=org.headers(Role.MANAGER))
+    assert manager.status_code == 403
+    missing = await client.patch(f"/api/v1/credentials/{uuid.uuid4()}", json={"label": "X"}, headers=org.headers())
+    assert missing.status_code == 404
+
+
 async def test_labels_are_unique_per_provider(client: httpx.AsyncClient, org: OrgHandle) -> None:
     assert (await _create(client, org, label="Prod")).status_code == 201
     duplicate = await _create(client, org, label="Prod")

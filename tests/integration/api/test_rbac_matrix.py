@@ -42,6 +42,7 @@ POLICY: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/credentials"): "manager",
     ("GET", "/api/v1/credentials/{credential_id}"): "manager",
     ("POST", "/api/v1/credentials"): "admin_mfa",
+    ("PATCH", "/api/v1/credentials/{credential_id}"): "admin_mfa",
     ("DELETE", "/api/v1/credentials/{credential_id}"): "admin_mfa",
     ("POST", "/api/v1/credentials/{credential_id}:revalidate"): "manager",
     ("GET", "/api/v1/agents"): "manager",
