@@ -21,6 +21,7 @@ from services.api.catalog.endpoints import router as catalog_router
 from services.api.channels.endpoints import router as channels_router
 from services.api.contacts.endpoints import router as contacts_router
 from services.api.conversations.endpoints import router as conversations_router
+from services.api.core.cors import install_cors, parse_origins
 from services.api.core.database import Database
 from services.api.core.errors import install_error_handlers
 from services.api.core.request_id import install_request_id
@@ -120,7 +121,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         dependencies=[Depends(reject_nul_characters)],
     )
     install_error_handlers(app)
-
+    install_cors(app, parse_origins(settings.cors_origins))
     install_request_id(app)
 
     @app.get("/healthz", include_in_schema=False)

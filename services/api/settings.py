@@ -1,8 +1,9 @@
 """Settings of the API service (env prefix ``API_``)."""
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from services.api.core.cors import parse_origins
 from switchboard.credentials import ProviderSettings
 from switchboard.settings import EgressSettings, ServiceSettings
 
@@ -14,6 +15,16 @@ class ApiSettings(ServiceSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
+    # Browser origins allowed to call the API (a web UI on another origin), comma-separated
+    # (`https://app.example.com,http://localhost:5173`); empty: none (docs/api.md, "Browsers").
+    cors_origins: str = ""
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: str) -> str:
+        parse_origins(value)  # refuse a typo at startup, not at the first browser call
+        return value
+
     # Seconds uvicorn waits for in-flight requests on SIGTERM.
     graceful_timeout_s: int = Field(default=20, ge=1)
     # Run the transactional outbox relay inside the API process (docs/api.md, "Outbox relay").
