@@ -17,9 +17,12 @@ UI = "https://app.example.com"
 @pytest.fixture
 async def ui_client(api_settings: ApiSettings) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(api_settings.model_copy(update={"cors_origins": f"{UI}, http://localhost:5173"}))
-    async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test") as http:
-            yield http
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://api.test") as http,
+    ):
+        yield http
 
 
 async def test_an_allowed_origin_may_call_the_api_with_a_token_and_read_the_answer(
