@@ -113,7 +113,10 @@ class NotifierHandlers:
             return
         run_claims = await self._store.claim_run(completed)
         if run_claims.withheld:
-            log.info("reply withheld: people own the conversation", extra={**where, "count": run_claims.withheld})
+            # Counted after the claim committed (the same rule as every outcome, ``_record``).
+            for kind in run_claims.withheld:
+                MESSAGES_DELIVERED.labels("none", kind.value, "withheld").inc()
+            log.info("reply withheld: people own the conversation", extra={**where, "count": len(run_claims.withheld)})
         await self._send_claimed(completed.org_id, completed.run_id, run_claims.claimed, where)
 
     async def _notify_unanswered(self, completed: RunCompleted, where: dict[str, str]) -> None:
@@ -206,8 +209,6 @@ class NotifierHandlers:
         error = outcome.error
         channel_name = claimed.route.channel if claimed.route else "none"
         SEND_ATTEMPTS.labels(channel_name).inc(outcome.attempts)
-        label = "sent" if error is None else "withheld" if error.code == WITH_HUMANS else "failed"
-        MESSAGES_DELIVERED.labels(channel_name, claimed.kind.value, label).inc()
         await self._store.record_outcome(
             org_id,
             run_id,
@@ -217,6 +218,9 @@ class NotifierHandlers:
             error_code=error.code if error else None,
             error_message=error.message if error else None,
         )
+        # Counted once the outcome is committed: a redelivery after a failed commit records it again.
+        label = "sent" if error is None else "withheld" if error.code == WITH_HUMANS else "failed"
+        MESSAGES_DELIVERED.labels(channel_name, claimed.kind.value, label).inc()
         log.info(
             "message delivered" if error is None else "message not delivered",
             extra={

@@ -212,10 +212,10 @@ class Claimed:
 
 @dataclass(frozen=True)
 class RunClaims:
-    """What a finished run's claim gave: the messages to send now, and how many were withheld."""
+    """What a finished run's claim gave: the messages to send now, and the kinds of those withheld now."""
 
     claimed: list[Claimed]
-    withheld: int
+    withheld: tuple[DeliveryKind, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -264,7 +264,7 @@ class NotifierStore:
                 ]
             if with_humans:
                 return RunClaims([], await self._withhold(session, org_id, completed.run_id, candidates))
-            return RunClaims(await self._claim(session, org_id, completed.run_id, candidates), 0)
+            return RunClaims(await self._claim(session, org_id, completed.run_id, candidates))
 
     async def _with_humans(
         self, session: AsyncSession, org_id: uuid.UUID, conversation_id: uuid.UUID, run_started_at: datetime
@@ -287,13 +287,14 @@ class NotifierStore:
 
     async def _withhold(
         self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID, candidates: list[_Candidate]
-    ) -> int:
+    ) -> tuple[DeliveryKind, ...]:
         """A run that ended while people own the conversation sends nothing: a person took it over
         while the run was going (or queued behind it), and an agent's reply would talk over them.
         Each message is kept (people can read what the agent would have said) and claimed as
         ``failed`` with ``conversation_with_humans``, so no later delivery of the event sends it.
-        Returns how many were withheld now (0 on a redelivery)."""
-        withheld = 0
+        Returns the kinds of the messages withheld now (none on a redelivery); the caller counts them
+        once the transaction committed."""
+        withheld: list[DeliveryKind] = []
         for candidate in candidates:
             won = await session.scalar(
                 insert(RunDelivery)
@@ -319,9 +320,8 @@ class NotifierStore:
                 .where(Message.org_id == org_id, Message.id == candidate.message_id)
                 .values(delivery_status=MessageDeliveryStatus.FAILED.value, delivery_error=WITH_HUMANS)
             )
-            MESSAGES_DELIVERED.labels("none", candidate.kind.value, "withheld").inc()
-            withheld += 1
-        return withheld
+            withheld.append(candidate.kind)
+        return tuple(withheld)
 
     async def claim_reply(self, completed: RunCompleted) -> list[Claimed]:
         """Record and claim the run's reply alone (a handoff's acknowledgement: its intents were cancelled)."""

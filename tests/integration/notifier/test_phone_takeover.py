@@ -16,6 +16,7 @@ import httpx
 from sqlalchemy import select
 
 from scripts.channel_server import ChannelServer
+from services.notifier.metrics import MESSAGES_DELIVERED
 from switchboard.contracts import DispatchRequested, RunStatus, Serde, Topics, WakeReason
 from switchboard.contracts.enums import SteeringKind
 from switchboard.db.models import Conversation, Message, OutboxEvent
@@ -90,12 +91,15 @@ async def test_a_reply_typed_on_the_business_phone_stops_the_agents_until_handba
     ]
 
     # The run that was answering finishes now: its reply would talk over Ana, so it is withheld.
+    withheld = MESSAGES_DELIVERED.labels("none", "reply", "withheld")
+    withheld_before = withheld._value.get()
     await start_notifier()
     await publish(Topics.RUN_COMPLETED, in_flight)
     await eventually(
         lambda: [(d.status, d.error_code) for d in world.deliveries(in_flight.run_id)],
         lambda d: d == [("failed", "conversation_with_humans")],
     )
+    await eventually(lambda: withheld._value.get() - withheld_before, lambda n: n == 1)
     # The customer answers Ana: stored, not dispatched (the agents stay out).
     answered = await send(api, line, world.chat_id, "Obrigado, Ana!", from_me=False)
     assert (answered["dispatched"], answered["reason"]) == (False, "human_handoff")
