@@ -28,6 +28,13 @@ from scripts.demo.processes import REPO_ROOT
 WEBHOOK_PATH = "/api/v1/webhooks/waha"
 # Real providers, first one whose key is in the environment wins; else the labeled demo model.
 PROVIDER_KEYS = (("anthropic", "ANTHROPIC_API_KEY"), ("openai", "OPENAI_API_KEY"), ("google", "GOOGLE_API_KEY"))
+# Any OpenAI-compatible server (Ollama, vLLM, LM Studio, a proxy) instead: its API root, in the
+# OpenAI SDK's own variable, and the name of a model it serves. It wins over the keys above.
+LOCAL_SERVER_URL = "OPENAI_BASE_URL"
+LOCAL_SERVER_MODEL = "DEMO_MODEL"
+LOCAL_SERVER_LABEL = "Local OpenAI-compatible server"
+# Such servers mostly ignore the key; the credential still needs one (8+ printable characters).
+LOCAL_SERVER_PLACEHOLDER_KEY = "local-server"
 
 GENERAL_AGENT = "Atendimento geral"
 BUDGET_AGENT = "Pedidos (budget-limited)"
@@ -50,6 +57,8 @@ class ModelChoice:
     provider: str
     model: str
     is_llm: bool
+    # The org's credential the versions name (a local server's); None: the platform key, or none.
+    credential_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +85,10 @@ class DemoOrg:
 
 
 def platform_key_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The runner's platform key for the provider the demo will use (nothing for the demo model)."""
+    """The runner's platform key for the provider the demo will use (nothing for the demo model,
+    nor for a local server: its key is the org's credential)."""
+    if environ.get(LOCAL_SERVER_URL):
+        return {}
     for provider, var in PROVIDER_KEYS:
         if environ.get(var):
             return {f"RUNNER_{provider.upper()}_API_KEY": environ[var]}
@@ -84,7 +96,10 @@ def platform_key_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
 
 
 async def choose_model(client: httpx.AsyncClient, token: str, environ: Mapping[str, str] = os.environ) -> ModelChoice:
-    """A real provider's default model when its key is set, else the built-in demo model."""
+    """A local OpenAI-compatible server when ``OPENAI_BASE_URL`` is set; else a real provider's default
+    model when its key is set; else the built-in demo model."""
+    if environ.get(LOCAL_SERVER_URL):
+        return await local_server_model(client, token, environ)
     for provider, var in PROVIDER_KEYS:
         if environ.get(var):
             response = await client.get("/api/v1/providers", headers={"Authorization": f"Bearer {token}"})
@@ -93,6 +108,29 @@ async def choose_model(client: httpx.AsyncClient, token: str, environ: Mapping[s
                 if row["provider"] == provider and row["default_model"]:
                     return ModelChoice(provider, row["default_model"], is_llm=True)
     return ModelChoice("demo", "demo", is_llm=False)
+
+
+async def local_server_model(client: httpx.AsyncClient, token: str, environ: Mapping[str, str]) -> ModelChoice:
+    """Store the server as the org's default OpenAI credential (``base_url``) and use ``DEMO_MODEL`` on it:
+    the product's own way to run an agent on a local model (docs/api.md, "base_url")."""
+    model = environ.get(LOCAL_SERVER_MODEL, "").strip()
+    if not model:
+        raise DemoError(
+            f"{LOCAL_SERVER_URL} is set: set {LOCAL_SERVER_MODEL} to a model that server serves (e.g. llama3.1)"
+        )
+    created = await client.post(
+        "/api/v1/credentials",
+        json={
+            "provider": "openai",
+            "label": LOCAL_SERVER_LABEL,
+            "api_key": environ.get("OPENAI_API_KEY") or LOCAL_SERVER_PLACEHOLDER_KEY,
+            "base_url": environ[LOCAL_SERVER_URL].strip().rstrip("/"),
+            "is_default": True,
+        },
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    _check(created, "store the local server's credential")
+    return ModelChoice("openai", model, is_llm=True, credential_id=created.json()["data"]["id"])
 
 
 def cli_bootstrap(env: Mapping[str, str], *, org_name: str, email: str) -> dict[str, str]:
@@ -163,6 +201,7 @@ def _version(model: ModelChoice, channel_id: str, **overrides: Any) -> dict[str,
         ),
         "provider": model.provider,
         "model": model.model,
+        "credential_id": model.credential_id,
         # The send tool is a write: under the default ``propose`` autonomy a call becomes an action to approve.
         "tool_ids": ["crm_get_conversation_history", "crm_search_contacts", "crm_send_whatsapp_message"],
         "trigger_config": {"event_types": ["message"], "ignore_groups": True},
