@@ -108,7 +108,7 @@ class KafkaSettings(SharedSettings):
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
 
-    @field_validator("sasl_username", "ssl_cafile", "ssl_certfile", "ssl_keyfile", mode="before")
+    @field_validator("sasl_username", "sasl_password", "ssl_cafile", "ssl_certfile", "ssl_keyfile", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         # config.env lists every setting; an empty one means "not set", never the path ".".

@@ -432,6 +432,13 @@ def migration_secrets() -> list[str]:
     return sorted(s.name for s in class_settings(DatabaseSettings) if s.secret)
 
 
+def topics_secrets() -> list[str]:
+    """What ``switchboard topics create`` reads besides the config: the broker's SASL password."""
+    from switchboard.settings import KafkaSettings
+
+    return sorted(s.name for s in class_settings(KafkaSettings) if s.secret)
+
+
 def check_secret_coverage() -> None:
     """Every secret the code reads goes to some workload; fail loudly when one is orphaned."""
     used = {name for w in WORKLOADS for name in workload_secrets(w)} | set(migration_secrets())
@@ -740,7 +747,7 @@ def migrate_job() -> dict[str, Any]:
                     "securityContext": POD_SECURITY,
                     # Init containers run in order: migrations first, then the topics.
                     "initContainers": [step("migrate", ["migrate"], migration_secrets())],
-                    "containers": [step("topics", ["topics", "create", "--wait", "120"], [])],
+                    "containers": [step("topics", ["topics", "create", "--wait", "120"], topics_secrets())],
                     "volumes": [TMP_VOLUME],
                 },
             },
@@ -946,7 +953,10 @@ def compose(config: dict[str, str]) -> dict[str, Any]:
             **{k: v for k, v in hardening.items() if k != "restart"},
             "entrypoint": ["/bin/sh", "-c"],
             "command": ["switchboard migrate && switchboard topics create --wait 120"],
-            "environment": {"KAFKA_CLIENT_ID": "switchboard-migrate", **secrets_for(migration_secrets())},
+            "environment": {
+                "KAFKA_CLIENT_ID": "switchboard-migrate",
+                **secrets_for(migration_secrets() + topics_secrets()),
+            },
             "depends_on": {
                 "postgres": {"condition": "service_healthy"},
                 "kafka": {"condition": "service_healthy"},

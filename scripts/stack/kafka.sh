@@ -108,7 +108,11 @@ start() {
     stop_pid "$KAFKA_PID" 10
     die "kafka did not open port $KAFKA_PORT within 60s (logs: $KAFKA_DIR/logs)"
   fi
-  wait_port "$KAFKA_SASL_PORT" 30 || die "kafka did not open its SASL port $KAFKA_SASL_PORT (logs: $KAFKA_DIR/logs)"
+  if ! wait_port "$KAFKA_SASL_PORT" 30; then
+    tail -n 30 "$KAFKA_DIR/logs/stdout.log" >&2 || true
+    stop_pid "$KAFKA_PID" 10
+    die "kafka did not open its SASL port $KAFKA_SASL_PORT within 30s (logs: $KAFKA_DIR/logs)"
+  fi
   log "kafka is listening (pid $(cat "$KAFKA_PID"))"
 }
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, exists, or_, select, text, update
+from sqlalchemy import bindparam, event, exists, or_, select, text, update
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -648,7 +648,14 @@ async def _expire_left_claim(session: AsyncSession, org_id: uuid.UUID, candidate
     )
     if getattr(interrupted, "rowcount", 0):
         await _mark_unknown(session, org_id, candidate.message_id)
-        MESSAGES_DELIVERED.labels(channel, candidate.kind.value, "unknown").inc()
+        _count_on_commit(session, channel, candidate.kind.value, "unknown")
+
+
+def _count_on_commit(session: AsyncSession, channel: str, kind: str, outcome: str) -> None:
+    """Count an outcome when its transaction commits: a claim rolled back (and redelivered) counts
+    nothing, so the redelivery that records it again counts it once."""
+    counter = MESSAGES_DELIVERED.labels(channel, kind, outcome)
+    event.listen(session.sync_session, "after_commit", lambda _session: counter.inc(), once=True)
 
 
 async def _mark_unknown(session: AsyncSession, org_id: uuid.UUID, message_id: uuid.UUID) -> None:

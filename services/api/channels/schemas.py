@@ -23,7 +23,8 @@ SESSION_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,99}$"
 WEBHOOK_PATH = "/api/v1/webhooks/waha"
 OWNER_REPLIES_TAKE_OVER = (
     "Whether a message typed on this number's phone to a customer (not one Switchboard sent) takes the "
-    "conversation over from the agents, like `:takeover`; turn it off when other tools also send through the number"
+    "conversation over from the agents, like `:takeover`; turn it off when other tools also send through the number. "
+    "The WhatsApp Business app's automatic greeting and away messages count as typed: turn those off in the app"
 )
 
 

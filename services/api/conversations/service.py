@@ -110,6 +110,7 @@ def take_over(
         org_id=org_id,
         action="conversation.taken_over",
         actor_user_id=actor_user_id,
+        actor_ref=None if via == VIA_API else via,
         target_type="conversation",
         target_id=row.id,
         details={
@@ -133,6 +134,7 @@ def hand_back(
     actor_user_id: uuid.UUID | None,
     request_id: str | None,
     via: str = VIA_API,
+    source_message_id: str | None = None,
 ) -> HandedBack:
     row = repository.by_id(session, org_id, conversation_id, for_update=True)
     if row is None:
@@ -159,14 +161,23 @@ def hand_back(
             ),
             serde=serde,
         )
+    details: dict[str, object] = {"agent_woken": wake, "via": via}
+    if source_message_id:
+        details["source_message_id"] = source_message_id  # a phone's /handback: its redelivery finds this entry
     record_audit(
         session,
         org_id=org_id,
         action="conversation.handed_back",
         actor_user_id=actor_user_id,
+        actor_ref=None if via == VIA_API else via,
         target_type="conversation",
         target_id=row.id,
-        details={"agent_woken": wake, "via": via},
+        # The channel message that asked (a phone's /handback): a redelivery of it finds this entry.
+        details={
+            "agent_woken": wake,
+            "via": via,
+            **({"source_message_id": source_message_id} if source_message_id else {}),
+        },
         request_id=request_id,
     )
     session.flush()

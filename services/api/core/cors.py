@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp
 
 ALLOWED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 ALLOWED_HEADERS = ("Authorization", "Content-Type", "Idempotency-Key", "X-Request-Id", "Last-Event-ID")
@@ -35,15 +36,25 @@ def parse_origins(value: str) -> tuple[str, ...]:
 
 
 def install_cors(app: FastAPI, origins: tuple[str, ...]) -> None:
-    """Answer preflights and add the CORS headers for ``origins``; nothing at all without any."""
+    """Answer preflights and add the CORS headers for ``origins`` as the outermost layer; nothing without any.
+
+    Outermost (like ``install_request_id``): ``add_middleware`` would put CORS inside Starlette's
+    ``ServerErrorMiddleware``, and a 500 would then reach the page as a CORS failure, its
+    ``X-Request-Id`` unreadable. Install it before the request id, which then wraps it.
+    """
     if not origins:
         return
-    app.add_middleware(
-        CORSMiddleware,
-        allow_origins=list(origins),
-        allow_methods=list(ALLOWED_METHODS),
-        allow_headers=list(ALLOWED_HEADERS),
-        expose_headers=list(EXPOSED_HEADERS),
-        allow_credentials=False,
-        max_age=PREFLIGHT_MAX_AGE_S,
-    )
+    build_inner_stack = app.build_middleware_stack
+
+    def build_middleware_stack() -> ASGIApp:
+        return CORSMiddleware(
+            build_inner_stack(),
+            allow_origins=list(origins),
+            allow_methods=list(ALLOWED_METHODS),
+            allow_headers=list(ALLOWED_HEADERS),
+            expose_headers=list(EXPOSED_HEADERS),
+            allow_credentials=False,
+            max_age=PREFLIGHT_MAX_AGE_S,
+        )
+
+    app.build_middleware_stack = build_middleware_stack  # type: ignore[method-assign]

@@ -11,12 +11,15 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from sqlalchemy import select
+
 from services.api.core.database import Database
 from services.api.credentials import service
 from services.api.credentials.validation import ValidationOutcome, probe
 from switchboard.credentials import CredentialUnavailable, OpenedCredential, ProviderSettings, load_credential
 from switchboard.crypto import KeyRing
 from switchboard.db.enums import CredentialValidation
+from switchboard.db.models.agents import AiProviderCredential
 from switchboard.db.session import async_tenant_transaction
 from switchboard.egress import EgressPolicy
 from switchboard.observability.logging import get_logger
@@ -40,6 +43,13 @@ async def validate_in_background(deps: ValidationDeps, org_id: uuid.UUID, creden
     try:
         credential: OpenedCredential | None = None
         async with deps.database.sessions() as session, async_tenant_transaction(session, org_id):
+            # Which sealing of the key is checked (a fresh IV per seal): a PATCH may replace the key
+            # while the provider answers, and this outcome must not then be recorded for the new key.
+            probed_iv = await session.scalar(
+                select(AiProviderCredential.iv).where(
+                    AiProviderCredential.org_id == org_id, AiProviderCredential.id == credential_id
+                )
+            )
             try:
                 credential = await session.run_sync(lambda s: load_credential(s, deps.keyring, org_id, credential_id))
             except CredentialUnavailable as exc:
@@ -53,7 +63,13 @@ async def validate_in_background(deps: ValidationDeps, org_id: uuid.UUID, creden
             credential = None
         async with deps.database.sessions() as session, async_tenant_transaction(session, org_id):
             await session.run_sync(
-                lambda s: service.record_validation(s, org_id=org_id, credential_id=credential_id, outcome=outcome)
+                lambda s: service.record_validation(
+                    s,
+                    org_id=org_id,
+                    credential_id=credential_id,
+                    outcome=outcome,
+                    probed_iv=bytes(probed_iv) if probed_iv is not None else None,
+                )
             )
         log.info(
             "credential validated",

@@ -300,15 +300,25 @@ def delete_credential(
 
 
 def record_validation(
-    session: Session, *, org_id: uuid.UUID, credential_id: uuid.UUID, outcome: ValidationOutcome
+    session: Session,
+    *,
+    org_id: uuid.UUID,
+    credential_id: uuid.UUID,
+    outcome: ValidationOutcome,
+    probed_iv: bytes | None = None,
 ) -> None:
-    """Store a background check's outcome (skipped if the credential was deleted meanwhile).
+    """Store a background check's outcome (skipped if the credential was deleted meanwhile, or its
+    key replaced since the check read it: ``probed_iv``, the checked sealing's IV — the check of
+    the new key records its own outcome).
 
     ``validated_at`` is when the provider last accepted the key: a rejection clears
     it, a transient failure (provider down, timeout) keeps it.
     """
     row = repository.live(session, org_id, credential_id, lock=True)
     if row is None:
+        return
+    if probed_iv is not None and (row.iv is None or bytes(row.iv) != probed_iv):
+        log.info("credential check of a replaced key not recorded", extra={"credential_id": str(credential_id)})
         return
     row.validation_status = outcome.status.value
     if outcome.status is CredentialValidation.VALID:

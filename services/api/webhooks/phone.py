@@ -30,9 +30,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.api.conversations.service import VIA_BUSINESS_PHONE, NotHandedOff, hand_back, take_over
+from services.api.webhooks import repository
 from switchboard.contracts import Serde
 from switchboard.db.enums import ConversationStatus
 from switchboard.db.lookups import ChannelSessionRoute
+from switchboard.db.models.audit import AuditLogEntry
 from switchboard.db.models.channels import ChannelSession, Conversation
 from switchboard.db.outbox import OutboxBatch
 from switchboard.observability.logging import get_logger
@@ -50,10 +52,18 @@ def take_over_from_phone(
     *,
     route: ChannelSessionRoute,
     conversation_id: uuid.UUID,
+    body: str,
     serde: Serde,
     request_id: str | None,
 ) -> bool:
     """Whether the own message just stored took its open conversation over from the agents."""
+    if repository.sent_recently(session, org_id=route.org_id, conversation_id=conversation_id, body=body):
+        # A second copy of our own send (a retry after a lost answer, an echo past the match window).
+        log.info(
+            "own message repeats a recent send: not a takeover",
+            extra={"organization_id": str(route.org_id), "conversation_id": str(conversation_id)},
+        )
+        return False
     enabled = session.scalar(
         select(ChannelSession.owner_replies_take_over).where(
             ChannelSession.org_id == route.org_id, ChannelSession.id == route.channel_session_id
@@ -86,8 +96,13 @@ def hand_back_from_phone(
     chat_id: str,
     serde: Serde,
     request_id: str | None,
+    external_id: str = "",
 ) -> str:
-    """The owner's ``/handback``: the delivery's reason (handed back, or nothing to hand back)."""
+    """The owner's ``/handback``: the delivery's reason (handed back, or nothing to hand back).
+
+    The command is not stored as a message, so its channel id is kept in the audit entry: a
+    redelivery of the same ``/handback`` (WAHA retrying a lost answer) after a person took the
+    conversation over again must not hand it back a second time."""
     row = session.execute(
         select(Conversation.id, Conversation.status).where(
             Conversation.org_id == route.org_id,
@@ -96,6 +111,8 @@ def hand_back_from_phone(
         )
     ).one_or_none()
     if row is None or row.status != ConversationStatus.HANDOFF.value:
+        return HANDBACK_NOTHING
+    if external_id and _handed_back_by(session, route.org_id, row.id, external_id):
         return HANDBACK_NOTHING
     if outbox is not None:
         outbox.flush(session)
@@ -108,6 +125,7 @@ def hand_back_from_phone(
             actor_user_id=None,
             request_id=request_id,
             via=VIA_BUSINESS_PHONE,
+            source_message_id=external_id or None,
         )
     except NotHandedOff:
         return HANDBACK_NOTHING  # handed back meanwhile (before the row lock): nothing left to do
@@ -116,3 +134,18 @@ def hand_back_from_phone(
         extra={"organization_id": str(route.org_id), "conversation_id": str(row.id)},
     )
     return HANDED_BACK
+
+
+def _handed_back_by(session: Session, org_id: uuid.UUID, conversation_id: uuid.UUID, external_id: str) -> bool:
+    """Whether this channel message already handed the conversation back (an audit entry names it)."""
+    found = session.scalar(
+        select(AuditLogEntry.id)
+        .where(
+            AuditLogEntry.org_id == org_id,
+            AuditLogEntry.action == "conversation.handed_back",
+            AuditLogEntry.target_id == str(conversation_id),
+            AuditLogEntry.details["source_message_id"].astext == external_id,
+        )
+        .limit(1)
+    )
+    return found is not None

@@ -295,6 +295,39 @@ def claim_own_echo(
     ).one_or_none()
 
 
+# A text this platform sent (or is sending) in the conversation lately, whatever became of its
+# channel id: by when its send was claimed or finished, not when the row was written (a send
+# tool's message waits for its run's end; a notifier that was down sends late). A reply withheld
+# after a takeover was never sent, so a person typing it is a person.
+_SENT_RECENTLY = text(
+    f"""
+SELECT 1 FROM run_deliveries AS d
+JOIN messages AS m ON m.id = d.message_id
+WHERE d.org_id = :org_id AND m.org_id = :org_id AND m.conversation_id = :conversation_id
+  AND m.direction = 'outbound'
+  AND d.error_code IS DISTINCT FROM '{WITH_HUMANS}'
+  AND greatest(d.created_at, coalesce(d.completed_at, d.created_at)) > now() - interval '{ECHO_WINDOW_MINUTES} minutes'
+  AND btrim(m.body, :blank) = :body
+LIMIT 1
+"""
+).bindparams(
+    bindparam("org_id", type_=PG_UUID(as_uuid=True)), bindparam("conversation_id", type_=PG_UUID(as_uuid=True))
+)
+
+
+def sent_recently(session: Session, *, org_id: uuid.UUID, conversation_id: uuid.UUID, body: str) -> bool:
+    """Whether ``body`` is a text this platform sent in the conversation lately: an own message
+    with that text is most likely a copy of our send (a retried send the channel had already
+    delivered, a late echo), never a person taking the conversation over."""
+    stripped = body.strip(_BLANK)
+    if not stripped:
+        return False
+    found = session.execute(
+        _SENT_RECENTLY, {"org_id": org_id, "conversation_id": conversation_id, "body": stripped, "blank": _BLANK}
+    ).first()
+    return found is not None
+
+
 def message_id_by_external(
     session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID, external_id: str
 ) -> uuid.UUID | None:

@@ -486,6 +486,7 @@ def _store_message(
                 outbox,
                 route=route,
                 conversation_id=ingested.conversation_id,
+                body=message.body or "",
                 serde=serde,
                 request_id=request_id,
             )

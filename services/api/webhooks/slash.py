@@ -86,7 +86,9 @@ def handle_ingest_command(
     if command is not None and command.name is CommandName.HANDBACK:
         if not from_me or serde is None:
             return None  # a customer's /handback is plain text: only the business gives a chat back
-        reason = hand_back_from_phone(session, outbox, route=route, chat_id=chat_id, serde=serde, request_id=request_id)
+        reason = hand_back_from_phone(
+            session, outbox, route=route, chat_id=chat_id, serde=serde, request_id=request_id, external_id=external_id
+        )
         return WebhookResult(message_id=None, dispatched=False, duplicate=reason != HANDED_BACK, reason=reason)
     if command is not None and command.name is CommandName.COMPACT:
         if not from_me or serde is None:

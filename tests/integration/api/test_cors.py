@@ -67,3 +67,24 @@ async def test_without_the_setting_no_origin_is_allowed(client: httpx.AsyncClien
 def test_a_value_that_is_not_an_origin_is_refused_at_startup(value: str) -> None:
     with pytest.raises(ValueError, match="is not an origin"):
         ApiSettings(cors_origins=value)
+
+
+async def test_a_500_still_carries_the_cors_headers_and_its_request_id(api_settings: ApiSettings) -> None:
+    """CORS is the outermost layer: a crash reaches the page as a readable 500 with the id to quote,
+    not as a CORS failure."""
+    app = create_app(api_settings.model_copy(update={"cors_origins": UI}))
+
+    async def boom() -> None:
+        raise RuntimeError("a bug")
+
+    app.add_api_route("/api/v1/test-boom", boom)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://api.test") as http,
+    ):
+        crashed = await http.get("/api/v1/test-boom", headers={"Origin": UI})
+    assert crashed.status_code == 500
+    assert crashed.headers["access-control-allow-origin"] == UI
+    assert crashed.headers["x-request-id"]
+    assert "x-request-id" in crashed.headers["access-control-expose-headers"].lower()

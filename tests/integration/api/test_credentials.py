@@ -31,6 +31,8 @@ from sqlalchemy.orm import Session
 from services.api.app import create_app
 from services.api.channels.service import open_webhook_secret, sealed_aad
 from services.api.core.security import totp_code
+from services.api.credentials.service import record_validation
+from services.api.credentials.validation import ValidationOutcome
 from services.api.settings import ApiSettings
 from services.cli import main as cli_main
 from switchboard.credentials import (
@@ -40,12 +42,12 @@ from switchboard.credentials import (
     open_credential,
 )
 from switchboard.crypto import DEV_KEY_ID, KeyRing, Sealed
-from switchboard.db.enums import Role
+from switchboard.db.enums import CredentialValidation, Role
 from switchboard.db.models.agents import AiAgent, AiAgentVersion, AiProviderCredential
 from switchboard.db.models.channels import ChannelSession
 from switchboard.db.models.notifications import OrgWebhook, org_webhook_aad
 from switchboard.db.models.tenancy import User
-from switchboard.db.session import create_engine, tenant_transaction
+from switchboard.db.session import create_engine, set_tenant, tenant_transaction
 from switchboard.observability.logging import JsonFormatter
 from switchboard.rotation import rotate_encryption_keys
 from switchboard.settings import EgressSettings
@@ -532,6 +534,34 @@ async def test_a_leaked_key_is_replaced_in_place_and_checked_again(
     assert updated["key_replaced"]["last4_to"] == fresh[-4:]
     _assert_absent(fresh, updated)
     _assert_absent(ANTHROPIC_GOOD, updated)
+
+
+async def test_the_check_of_a_key_replaced_meanwhile_is_not_recorded_for_the_new_key(
+    client: httpx.AsyncClient, org: OrgHandle, stack: StackEndpoints
+) -> None:
+    """A check reads the key, the provider takes seconds, a PATCH replaces the key meanwhile: the
+    old key's verdict must not be shown as the new key's (the new key's own check records it)."""
+    created = (await _create(client, org)).json()["data"]
+    await _settled(client, org, created["id"])
+    old_iv = bytes(_row_values(stack, org.org_id, created["id"])["iv"])
+    fresh = "sk-ant-api03-rotated-" + "s" * 24  # the fake provider rejects it: its check says invalid
+    assert (
+        await client.patch(f"/api/v1/credentials/{created['id']}", json={"api_key": fresh}, headers=org.headers())
+    ).status_code == 200
+    assert (await _settled(client, org, created["id"]))["validation_status"] == "invalid"
+
+    late = ValidationOutcome(CredentialValidation.VALID, models=["claude-haiku-4-5"])
+    engine = create_engine(stack.database_url, pool_size=1)
+    try:
+        with Session(engine) as session, session.begin():
+            set_tenant(session, org.org_id)
+            record_validation(
+                session, org_id=org.org_id, credential_id=uuid.UUID(created["id"]), outcome=late, probed_iv=old_iv
+            )
+    finally:
+        engine.dispose()
+    after = (await client.get(f"/api/v1/credentials/{created['id']}", headers=org.headers())).json()["data"]
+    assert (after["validation_status"], after["models_available"]) == ("invalid", None)
 
 
 async def test_update_renames_moves_the_default_and_refuses_what_does_not_fit(

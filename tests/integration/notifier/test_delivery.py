@@ -14,6 +14,7 @@ from sqlalchemy import update
 
 from scripts.channel_server import ChannelServer
 from services.notifier.handlers import Hooks
+from services.notifier.metrics import MESSAGES_DELIVERED
 from services.notifier.store import Claimed
 from switchboard.contracts import Insight, InsightKind, Record, RunStatus, Topics, TopicSpec
 from switchboard.contracts.enums import InsightStatus
@@ -138,10 +139,13 @@ async def test_a_claim_left_mid_send_is_unknown_at_once_when_redelivered_after_a
     )
     assert taken.status_code == 200, taken.text
 
+    unknown = MESSAGES_DELIVERED.labels("none", "reply", "unknown")
+    unknown_before = unknown._value.get()
     await start_notifier()
     await eventually(lambda: _statuses(world, completed.run_id), lambda s: s == ["unknown"])
     assert [m.delivery_status for m in world.outbound(completed.run_id)] == ["unknown"]
     assert channel.received == []
+    assert unknown._value.get() - unknown_before == 1, "counted once, when the claim committed"
 
 
 async def test_dry_runs_and_handoffs_send_nothing(

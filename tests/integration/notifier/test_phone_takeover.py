@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import func, select, text, update
 
 from scripts.channel_server import ChannelServer
 from services.notifier.metrics import MESSAGES_DELIVERED
@@ -40,8 +40,19 @@ async def webhook_channel(world: World, api: httpx.AsyncClient) -> Channel:
     )
 
 
-async def send(api: httpx.AsyncClient, channel: Channel, chat: str, body: str, *, from_me: bool) -> dict[str, Any]:
-    event = message_event(channel, chat=chat, body=body, from_me=from_me, event="message.any" if from_me else "message")
+async def send(
+    api: httpx.AsyncClient,
+    channel: Channel,
+    chat: str,
+    body: str,
+    *,
+    from_me: bool,
+    event: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Deliver a signed WAHA message event (``event``: that very delivery again, as WAHA retries)."""
+    event = event or message_event(
+        channel, chat=chat, body=body, from_me=from_me, event="message.any" if from_me else "message"
+    )
     response = await deliver(api, encode(event), channel.secret, session_id=channel.id)
     assert response.status_code == 200, response.text
     data: dict[str, Any] = response.json()["data"]
@@ -82,12 +93,12 @@ async def test_a_reply_typed_on_the_business_phone_stops_the_agents_until_handba
     assert (interrupt.run_id, interrupt.kind) == (going.run_id, SteeringKind.INTERRUPT)
     with tenant_session(world.org) as session:
         audit = session.execute(
-            select(AuditLogEntry.action, AuditLogEntry.actor_user_id, AuditLogEntry.details).where(
-                AuditLogEntry.target_id == str(world.conversation_id)
-            )
+            select(
+                AuditLogEntry.action, AuditLogEntry.actor_user_id, AuditLogEntry.actor_ref, AuditLogEntry.details
+            ).where(AuditLogEntry.target_id == str(world.conversation_id))
         ).all()
-    assert [(a.action, a.actor_user_id, a.details["via"]) for a in audit] == [
-        ("conversation.taken_over", None, "business_phone")
+    assert [(a.action, a.actor_user_id, a.actor_ref, a.details["via"]) for a in audit] == [
+        ("conversation.taken_over", None, "business_phone", "business_phone")
     ]
 
     # The run that was answering finishes now: its reply would talk over Ana, so it is withheld.
@@ -106,7 +117,8 @@ async def test_a_reply_typed_on_the_business_phone_stops_the_agents_until_handba
     assert outbox(world, Topics.DISPATCH_REQUESTED) == []
 
     # Ana gives the chat back from the phone: reopened, the agents woken; the command is no message.
-    back = await send(api, line, world.chat_id, "/handback", from_me=True)
+    handback = message_event(line, chat=world.chat_id, body="/handback", from_me=True, event="message.any")
+    back = await send(api, line, world.chat_id, "", from_me=True, event=handback)
     assert (back["dispatched"], back["reason"], back["message_id"]) == (False, "slash_handback", None)
     reopened = conversation(world)
     assert reopened.status == "open"
@@ -123,6 +135,14 @@ async def test_a_reply_typed_on_the_business_phone_stops_the_agents_until_handba
     await publish(Topics.RUN_COMPLETED, after)
     await eventually(lambda: [d.status for d in world.deliveries(after.run_id)], lambda s: s == ["sent"])
     assert [s.text for s in channel.received] == ["Posso ajudar em algo mais?"]
+
+    # Ana steps in again; then WAHA retries the old /handback delivery (its answer was lost): it is
+    # the same command, already done, and must not take the chat from her a second time.
+    retaken = await send(api, line, world.chat_id, "Ana de novo: deixa comigo.", from_me=True)
+    assert retaken["reason"] == "owner_took_over"
+    redelivered = await send(api, line, world.chat_id, "", from_me=True, event=handback)
+    assert (redelivered["reason"], redelivered["duplicate"]) == ("slash_handback_nothing", True)
+    assert conversation(world).status == "handoff"
 
 
 async def test_a_number_other_tools_send_through_can_turn_the_phone_takeover_off(
@@ -149,3 +169,32 @@ async def test_a_number_other_tools_send_through_can_turn_the_phone_takeover_off
     [dispatch] = outbox(world, Topics.DISPATCH_REQUESTED)
     assert dispatch.message is not None and dispatch.message.text == "/handback"
     assert uuid.UUID(customer["message_id"]) == dispatch.message.message_id
+
+
+async def test_a_second_copy_of_our_own_reply_is_not_a_person_taking_over(
+    world: World, channel: ChannelServer, api: httpx.AsyncClient, publish: Publish, start_notifier: Start
+) -> None:
+    """The channel delivered our reply twice (a send retried after its answer was lost; WhatsApp has
+    no idempotency key), and its copy — with an id of its own, matching no unsent row — comes back
+    as an own message; so may an echo of a send tool's message written long before the run's end.
+    Both repeat a recent send: stored, and the agents keep the conversation."""
+    line = await webhook_channel(world, api)
+    await start_notifier()
+    reply = world.run(text="Seu pedido saiu hoje.")
+    await publish(Topics.RUN_COMPLETED, reply)
+    await eventually(lambda: [d.status for d in world.deliveries(reply.run_id)], lambda s: s == ["sent"])
+    [delivery] = world.deliveries(reply.run_id)
+    with tenant_session(world.org) as session:  # written 20 minutes before it was sent (a long run's send tool)
+        session.execute(
+            update(Message)
+            .where(Message.id == delivery.message_id)
+            .values(occurred_at=func.now() - text("interval '20 minutes'"))
+        )
+
+    copy = await send(api, line, world.chat_id, "Seu pedido saiu hoje.\n", from_me=True)
+
+    assert (copy["dispatched"], copy["reason"]) == (False, "from_me")
+    assert conversation(world).status == "open"
+    assert outbox(world, Topics.STEERING) == []
+    typed = await send(api, line, world.chat_id, "Oi, aqui é a Ana.", from_me=True)
+    assert typed["reason"] == "owner_took_over", "a text we did not send is still a person"

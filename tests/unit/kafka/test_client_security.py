@@ -82,3 +82,11 @@ def test_faust_gets_the_same_security() -> None:
 def test_a_client_certificate_needs_its_key() -> None:
     with pytest.raises(ValueError, match="go together"):
         KafkaSettings(security_protocol=KafkaSecurityProtocol.SSL, ssl_certfile=Path("/tmp/client.pem"))
+
+
+def test_an_empty_value_is_unset_so_sasl_without_a_password_is_refused_at_startup() -> None:
+    """config.env and compose list every setting, empty when unused: empty is "not set"."""
+    plain = KafkaSettings(ssl_cafile="", sasl_username="", sasl_password="")  # type: ignore[arg-type]
+    assert (plain.ssl_cafile, plain.sasl_username, plain.sasl_password) == (None, None, None)
+    with pytest.raises(ValueError, match="KAFKA_SASL_PASSWORD"):
+        KafkaSettings(security_protocol=KafkaSecurityProtocol.SASL_SSL, sasl_username="svc", sasl_password="")  # type: ignore[arg-type]
