@@ -45,7 +45,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from switchboard.contracts import ContractError, Serde, TopicSpec
 from switchboard.kafka.errors import PermanentRecordError
 from switchboard.observability.logging import get_logger
-from switchboard.observability.metrics import CONSUMER_LAG, HANDLER_SECONDS, RECORDS_CONSUMED
+from switchboard.observability.metrics import CONSUMER_LAG, HANDLER_SECONDS, RECORDS_CONSUMED, RECORDS_DEAD_LETTERED
 from switchboard.observability.scrubbing import scrub_text
 from switchboard.settings import KafkaSettings
 
@@ -452,6 +452,10 @@ class RecordConsumer:
             attempt += 1
             try:
                 await self._dead_letters.publish(record, failure)
+                spec = self._topics.get(record.topic)
+                RECORDS_DEAD_LETTERED.labels(
+                    self._service, spec.name if spec is not None else record.topic, failure.code
+                ).inc()
                 return
             except KafkaError:
                 log.error(

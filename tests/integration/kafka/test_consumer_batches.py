@@ -13,6 +13,7 @@ from switchboard.contracts import RunStarted, Topics
 from switchboard.kafka.consumer import ErrorPolicy, Inbound, RecordConsumer
 from switchboard.kafka.dead_letter import DeadLetterPublisher
 from switchboard.kafka.producer import RecordProducer
+from switchboard.observability.metrics import RECORDS_DEAD_LETTERED
 from switchboard.settings import KafkaSettings
 
 from .test_consumer_error_policy import _dead_letters, _run_started
@@ -39,6 +40,11 @@ async def test_batches_are_handled_in_one_call_and_a_bad_record_falls_back_to_on
 
     calls: list[int] = []
     handled: list[uuid.UUID] = []
+    lettered = {
+        code: RECORDS_DEAD_LETTERED.labels("test-batches", Topics.RUN_STARTED.name, code)
+        for code in ("bad_magic_byte", "handler_failed")
+    }
+    lettered_before = {code: counter._value.get() for code, counter in lettered.items()}
 
     async def batch_handler(batch: Sequence[Inbound]) -> None:
         calls.append(len(batch))
@@ -70,6 +76,11 @@ async def test_batches_are_handled_in_one_call_and_a_bad_record_falls_back_to_on
     assert max(calls) > 1, "healthy batches go in one call"
     codes = sorted(letter.error_code for letter in await _dead_letters(topics, 2))
     assert codes == ["bad_magic_byte", "handler_failed"]
+    # What an operator alerts on (switchboard_records_dead_lettered_total), once per letter.
+    assert {code: counter._value.get() - lettered_before[code] for code, counter in lettered.items()} == {
+        "bad_magic_byte": 1,
+        "handler_failed": 1,
+    }
 
 
 def test_exactly_one_handler_kind() -> None:
