@@ -45,28 +45,52 @@ _SECRET_VALUE_PATTERNS: tuple[re.Pattern[str], ...] = (
 )
 
 
+# A setting or header written out, ``name: value`` / ``name=value`` ('X-Api-Key': '…', api_key=…,
+# Authorization: Token …, KAFKA_SASL_PASSWORD=…): masked when the name is a secret's
+# (:func:`is_secret_key`) — the keys with no recognisable shape (WAHA keys, webhook secrets).
+_ASSIGNMENT = re.compile(
+    r"(?<![A-Za-z0-9_-])(?P<name>[A-Za-z][A-Za-z0-9_-]*)"
+    r"(?P<sep>['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token)\s+)?)"
+    r"(?P<value>[^\s'\",;&}]+)",
+    re.IGNORECASE,
+)
+
+
 def is_secret_key(name: str) -> bool:
     """True when a mapping key names a secret (case-insensitive)."""
     lowered = name.lower()
     return lowered in _SECRET_KEY_NAMES or lowered.endswith(_SECRET_KEY_SUFFIXES)
 
 
-def scrub_text(text: str) -> str:
-    """Mask credential-shaped substrings of free text."""
+def scrub_text(text: str, *, written_out: bool = True) -> str:
+    """Mask credential-shaped substrings of free text.
+
+    ``written_out=False`` skips the ``name: value`` rule, for messages we wrote ourselves that
+    name a field and then say what is wrong with it (``body.api_key: String should have…``):
+    the API's error envelope, which never echoes an input."""
     for pattern in _SECRET_VALUE_PATTERNS:
         text = pattern.sub(lambda m: f"{m.group('keep')}{REDACTED}", text)
-    return text
+    if not written_out or ("=" not in text and ":" not in text):
+        return text  # most log field values (ids, names, numbers): nothing written out to mask
+    return _ASSIGNMENT.sub(_mask_named_value, text)
 
 
-def scrub(value: Any) -> Any:
-    """Return a copy of ``value`` with secrets masked, recursing into mappings and sequences."""
+def _mask_named_value(match: re.Match[str]) -> str:
+    if not is_secret_key(match.group("name")):
+        return match.group(0)
+    return f"{match.group('name')}{match.group('sep')}{REDACTED}"
+
+
+def scrub(value: Any, *, written_out: bool = True) -> Any:
+    """Return a copy of ``value`` with secrets masked, recursing into mappings and sequences
+    (``written_out``: as for :func:`scrub_text`)."""
     if isinstance(value, Mapping):
         return {
-            key: (REDACTED if isinstance(key, str) and is_secret_key(key) else scrub(item))
+            key: (REDACTED if isinstance(key, str) and is_secret_key(key) else scrub(item, written_out=written_out))
             for key, item in value.items()
         }
     if isinstance(value, list | tuple):
-        return type(value)(scrub(item) for item in value)
+        return type(value)(scrub(item, written_out=written_out) for item in value)
     if isinstance(value, str):
-        return scrub_text(value)
+        return scrub_text(value, written_out=written_out)
     return value

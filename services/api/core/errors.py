@@ -104,7 +104,9 @@ def error_response(
     details: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    body = {"error": {"code": code, "message": scrub_text(message), "details": scrub(details or {})}}
+    # Our own messages ("body.api_key: String should have…"): the shapes are masked, not the field names.
+    message, details = scrub_text(message, written_out=False), scrub(details or {}, written_out=False)
+    body = {"error": {"code": code, "message": message, "details": details}}
     return JSONResponse(body, status_code=status_code, headers=headers)
 
 

@@ -84,3 +84,28 @@ def test_json_log_lines_never_carry_a_planted_key() -> None:
     lines = [json.loads(line) for line in output.splitlines()]
     assert lines[0]["run_id"] == "r-1" and lines[0]["service"] == "runner" and lines[0]["level"] == "info"
     assert lines[1]["exception"]
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("{'X-Api-Key': 'waha-3c1f9e'}", "waha-3c1f9e"),  # a headers dict in an exception message
+        ("GET /sessions?api_key=q8Zr2x&limit=5", "q8Zr2x"),
+        ("Authorization: Token 7f3a91c2", "7f3a91c2"),
+        ("KAFKA_SASL_PASSWORD=hunter2 in the environment", "hunter2"),
+        ('webhook_secret: "sbwh_4kP"', "sbwh_4kP"),
+        ("secret=xyz;", "xyz"),
+    ],
+)
+def test_scrub_text_masks_a_secret_named_setting_or_header_written_out(text: str, secret: str) -> None:
+    """Keys with no recognisable shape (WAHA keys, webhook secrets) are found by their name."""
+    scrubbed = scrub_text(text)
+    assert secret not in scrubbed and REDACTED in scrubbed
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["max_tokens=1000 token_budget: 500", "tokens_in=5, password_required", "the token expired at 12:30", "run_id=abc"],
+)
+def test_scrub_text_keeps_settings_that_are_not_secrets(text: str) -> None:
+    assert scrub_text(text) == text
