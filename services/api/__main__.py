@@ -24,16 +24,26 @@ class _Server(uvicorn.Server):
         yield
 
 
-def main() -> None:
-    settings = ApiSettings()
-    config = uvicorn.Config(
-        create_app(),
+def uvicorn_config(settings: ApiSettings) -> uvicorn.Config:
+    """uvicorn for this API. Behind a proxy the client address comes from ``X-Forwarded-For``, but
+    only from the proxies ``API_FORWARDED_ALLOW_IPS`` trusts: the sign-in throttle counts failures per
+    address, and with every request seen from the ingress's address one stranger's failures would
+    lock everyone out (docs/deploy.md)."""
+    return uvicorn.Config(
+        create_app(settings),
         host=settings.host,
         port=settings.port,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=settings.graceful_timeout_s,
+        proxy_headers=True,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
     )
+
+
+def main() -> None:
+    settings = ApiSettings()
+    config = uvicorn_config(settings)
     server = _Server(config)
 
     async def _main(stop: asyncio.Event) -> None:

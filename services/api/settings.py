@@ -18,6 +18,9 @@ class ApiSettings(ServiceSettings):
     # Browser origins allowed to call the API (a web UI on another origin), comma-separated
     # (`https://app.example.com,http://localhost:5173`); empty: none (docs/api.md, "Browsers").
     cors_origins: str = ""
+    # Proxies whose X-Forwarded-For names the client (comma-separated addresses or CIDRs, `*` for
+    # any): the ingress controller's. The default trusts only this host (docs/deploy.md).
+    forwarded_allow_ips: str = "127.0.0.1"
 
     @field_validator("cors_origins")
     @classmethod

@@ -128,3 +128,39 @@ async def test_a_totp_code_signs_in_once(client: httpx.AsyncClient, make_org: Ca
     assert first.status_code == 201 and first.json()["data"]["mfa_verified"] is True
     replay = await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD, "totp_code": fresh})
     assert replay.status_code == 401 and "already used" in replay.json()["error"]["message"]
+
+
+async def test_behind_a_trusted_proxy_each_client_is_throttled_by_its_own_address(
+    api_settings: ApiSettings, make_org: Callable[..., OrgHandle]
+) -> None:
+    """The app as ``switchboard api`` serves it (``uvicorn_config``: proxy headers on). Every request
+    comes from the ingress's address; ``X-Forwarded-For`` names the client, so one stranger's
+    failures lock out that stranger's address, not everybody behind the proxy."""
+    from services.api.__main__ import uvicorn_config
+
+    settings = api_settings.model_copy(
+        update={"login_failures_per_email": 100, "login_failures_per_address": 2, "forwarded_allow_ips": "10.0.0.9"}
+    )
+    config = uvicorn_config(settings)
+    config.load()
+    email = f"owner-{uuid.uuid4().hex[:8]}@example.com"
+    make_org(email=email, password=PASSWORD)
+    stranger, owner = f"203.0.113.{uuid.uuid4().int % 200 + 1}", f"198.51.100.{uuid.uuid4().int % 200 + 1}"
+    app = config.app  # the FastAPI app, under uvicorn's proxy-header layer (config.loaded_app)
+    transport = httpx.ASGITransport(app=config.loaded_app, client=("10.0.0.9", 40000))  # the ingress
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://api.test") as proxy,
+    ):
+        for _ in range(2):
+            guess = {"email": f"x-{uuid.uuid4().hex[:6]}@example.com", "password": "guess"}
+            wrong = await proxy.post("/api/v1/auth/login", json=guess, headers={"X-Forwarded-For": stranger})
+            assert wrong.status_code == 401
+        blocked = await proxy.post(
+            "/api/v1/auth/login", json={"email": email, "password": PASSWORD}, headers={"X-Forwarded-For": stranger}
+        )
+        assert blocked.status_code == 429
+        signed_in = await proxy.post(
+            "/api/v1/auth/login", json={"email": email, "password": PASSWORD}, headers={"X-Forwarded-For": owner}
+        )
+        assert signed_in.status_code == 201, "the owner, behind the same proxy, is not locked out"
