@@ -38,6 +38,8 @@ TAKEOVER_INTERRUPT_TEXT = "A person took the conversation over."
 # Where a person took a conversation over or handed it back (the audit entry's ``via``).
 VIA_API = "api"
 VIA_BUSINESS_PHONE = "business_phone"
+# The audit action of a handback (a phone's /handback finds its own entry by it).
+HANDED_BACK_ACTION = "conversation.handed_back"
 
 
 class NotHandedOff(Conflict):
@@ -167,7 +169,7 @@ def hand_back(
     record_audit(
         session,
         org_id=org_id,
-        action="conversation.handed_back",
+        action=HANDED_BACK_ACTION,
         actor_user_id=actor_user_id,
         actor_ref=None if via == VIA_API else via,
         target_type="conversation",

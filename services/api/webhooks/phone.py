@@ -29,7 +29,13 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.api.conversations.service import VIA_BUSINESS_PHONE, NotHandedOff, hand_back, take_over
+from services.api.conversations.service import (
+    HANDED_BACK_ACTION,
+    VIA_BUSINESS_PHONE,
+    NotHandedOff,
+    hand_back,
+    take_over,
+)
 from services.api.webhooks import repository
 from switchboard.contracts import Serde
 from switchboard.db.enums import ConversationStatus
@@ -57,19 +63,19 @@ def take_over_from_phone(
     request_id: str | None,
 ) -> bool:
     """Whether the own message just stored took its open conversation over from the agents."""
-    if repository.sent_recently(session, org_id=route.org_id, conversation_id=conversation_id, body=body):
-        # A second copy of our own send (a retry after a lost answer, an echo past the match window).
-        log.info(
-            "own message repeats a recent send: not a takeover",
-            extra={"organization_id": str(route.org_id), "conversation_id": str(conversation_id)},
-        )
-        return False
     enabled = session.scalar(
         select(ChannelSession.owner_replies_take_over).where(
             ChannelSession.org_id == route.org_id, ChannelSession.id == route.channel_session_id
         )
     )
     if not enabled:
+        return False
+    if repository.sent_recently(session, org_id=route.org_id, conversation_id=conversation_id, body=body):
+        # A second copy of our own send (a retry after a lost answer, an echo past the match window).
+        log.info(
+            "own message repeats a recent send: not a takeover",
+            extra={"organization_id": str(route.org_id), "conversation_id": str(conversation_id)},
+        )
         return False
     outbox.flush(session)
     take_over(
@@ -142,7 +148,7 @@ def _handed_back_by(session: Session, org_id: uuid.UUID, conversation_id: uuid.U
         select(AuditLogEntry.id)
         .where(
             AuditLogEntry.org_id == org_id,
-            AuditLogEntry.action == "conversation.handed_back",
+            AuditLogEntry.action == HANDED_BACK_ACTION,
             AuditLogEntry.target_id == str(conversation_id),
             AuditLogEntry.details["source_message_id"].astext == external_id,
         )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -29,13 +31,23 @@ def api_settings(stack: StackEndpoints, kafka_settings: KafkaSettings, migrated:
     )
 
 
+@contextlib.asynccontextmanager
+async def serve(settings: ApiSettings, **transport_options: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a fresh app built from ``settings``, its lifespan entered (``raise_app_exceptions=False``
+    and the like go to the ASGI transport)."""
+    app = create_app(settings)
+    transport = httpx.ASGITransport(app=app, **transport_options)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://api.test") as http,
+    ):
+        yield http
+
+
 @pytest.fixture
 async def client(api_settings: ApiSettings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(api_settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as http:
-            yield http
+    async with serve(api_settings) as http:
+        yield http
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pytest
 
 from services.api.app import create_app
 from services.api.settings import ApiSettings
+from tests.integration.api.conftest import serve
 from tests.support.api import OrgHandle
 
 UI = "https://app.example.com"
@@ -16,12 +17,7 @@ UI = "https://app.example.com"
 
 @pytest.fixture
 async def ui_client(api_settings: ApiSettings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(api_settings.model_copy(update={"cors_origins": f"{UI}, http://localhost:5173"}))
-    transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://api.test") as http,
-    ):
+    async with serve(api_settings.model_copy(update={"cors_origins": f"{UI}, http://localhost:5173"})) as http:
         yield http
 
 

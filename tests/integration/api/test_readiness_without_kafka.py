@@ -11,8 +11,8 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session
 
-from services.api.app import create_app
 from services.api.settings import ApiSettings
+from tests.integration.api.conftest import serve
 from tests.integration.api.test_webhook import connect_channel, deliver, dispatch_rows, encode, message_event, messages
 from tests.support.api import OrgHandle
 from tests.support.ports import free_port
@@ -21,12 +21,7 @@ from tests.support.ports import free_port
 @pytest.fixture
 async def kafka_down_client(api_settings: ApiSettings) -> AsyncIterator[httpx.AsyncClient]:
     unreachable = api_settings.kafka.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
-    app = create_app(api_settings.model_copy(update={"kafka": unreachable}))
-    transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://api.test") as http,
-    ):
+    async with serve(api_settings.model_copy(update={"kafka": unreachable})) as http:
         yield http
 
 

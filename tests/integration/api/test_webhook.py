@@ -557,7 +557,6 @@ async def test_a_message_with_nul_characters_is_stored_without_them(
     assert [m.body for m in stored] == ["oi tudo bem?"]
 
 
-
 async def test_a_message_with_half_an_emoji_is_stored_with_a_replacement_character(
     client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
 ) -> None:
@@ -573,6 +572,7 @@ async def test_a_message_with_half_an_emoji_is_stored_with_a_replacement_charact
     assert response.json()["data"]["dispatched"] is True
     stored = messages(db(org.org_id), channel, event["payload"]["id"])
     assert [m.body for m in stored] == ["obrigada \ufffd e até amanhã \U0001f600"]
+
 
 def _platform_reply(
     session: Session,
@@ -812,4 +812,3 @@ async def test_a_working_number_that_disconnects_is_announced_once_per_outage(
     assert [r.insight_key for r in records] == [i.dedupe_key for i in insights]  # type: ignore[attr-defined]
     row = session.get(ChannelSession, channel.id)
     assert row is not None and row.status == "failed"
-
