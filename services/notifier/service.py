@@ -6,6 +6,7 @@ The partitions of a fetch are handled side by side, each in order; a send that f
 transiently is retried in the background (``retries.py``), so no record waits behind
 another's retries. A sweep task marks claims a stopped notifier left ``sending`` as
 ``unknown`` (``NOTIFIER_STALE_CLAIM_S``), once at start and every ``NOTIFIER_SWEEP_INTERVAL_S``.
+A third task sends each org's Home digest to its webhook in the morning (``digest_push.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import httpx
 
 from services.notifier.channels import ChannelRegistry
+from services.notifier.digest_push import run_digest_pushes
 from services.notifier.handlers import Hooks, NotifierHandlers
 from services.notifier.retry import RetryPolicy
 from services.notifier.settings import NotifierSettings
@@ -91,14 +93,17 @@ class Notifier:
         )
         self.handlers = handlers
         consumer_task = asyncio.create_task(self._consumer.run(stop), name="notifier-consumer")
-        sweep_task = asyncio.create_task(self._sweep(store, handlers, stop), name="notifier-sweep")
+        tasks = [consumer_task, asyncio.create_task(self._sweep(store, handlers, stop), name="notifier-sweep")]
+        if settings.digest_interval_s > 0:
+            pushes = run_digest_pushes(store, handlers.notifications, settings.digest_interval_s, stop)
+            tasks.append(asyncio.create_task(pushes, name="notifier-digest-push"))
         log.info("notifier delivering", extra={"group_id": settings.group_id, "waha_base_url": settings.waha_base_url})
         try:
             await stop.wait()
             await consumer_task
         finally:
             # Cancelled (a crash in tests) or stopping: nothing past the last handled record is committed.
-            for task in (consumer_task, sweep_task):
+            for task in tasks:
                 if not task.done():
                     task.cancel()
                 with contextlib.suppress(Exception, asyncio.CancelledError):

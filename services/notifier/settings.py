@@ -28,5 +28,8 @@ class NotifierSettings(ServiceSettings):
     stale_claim_s: float = Field(default=600.0, gt=0)
     # How often every notifier sweeps stale claims (and once at start).
     sweep_interval_s: float = Field(default=60.0, gt=0)
+    # How often every notifier looks for orgs whose morning digest push is due (and once at
+    # start); 0 turns the push off in this process (docs/notifier.md "The morning digest push").
+    digest_interval_s: float = Field(default=60.0, ge=0)
     # At a stop, how long retries still waiting may go on before they are recorded `unknown`.
     retry_grace_s: float = Field(default=5.0, ge=0)

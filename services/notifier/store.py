@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, event, exists, or_, select, text, update
@@ -25,7 +25,7 @@ from services.notifier.metrics import MESSAGES_DELIVERED
 from switchboard.contracts import HandoffTriggered, HumanMessageRequested, RunCompleted, SendTarget
 from switchboard.crypto import CryptoError, KeyRing, Sealed
 from switchboard.db.enums import ConversationStatus, MessageDeliveryStatus, MessageDirection, MessageSender
-from switchboard.db.models import AiAgentRun, ChannelSession, Conversation, Message
+from switchboard.db.models import AiAgentRun, ChannelSession, Conversation, Message, WorkspaceDailyBrief
 from switchboard.db.models.notifications import (
     DeliveryKind,
     DeliveryState,
@@ -570,6 +570,35 @@ class NotifierStore:
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
             await self._insert_notification(session, org_id, dedupe_key, event_type, payload)
             return await self._pending_notification(session, org_id, dedupe_key)
+
+    async def create_notification(
+        self, org_id: uuid.UUID, dedupe_key: str, event_type: str, payload: dict[str, Any]
+    ) -> Notification | None:
+        """The notification for ``dedupe_key`` when this call created it; None when it existed already."""
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            if not await self._insert_notification(session, org_id, dedupe_key, event_type, payload):
+                return None
+            return await self._pending_notification(session, org_id, dedupe_key)
+
+    async def due_digests(self, now: datetime, limit: int) -> list[tuple[uuid.UUID, date]]:
+        """Orgs whose morning digest push is due (``list_due_digests``, revision 0033): ids and days."""
+        async with self._sessions() as session:
+            rows = await session.execute(
+                text("SELECT org_id, day FROM list_due_digests(:now, :limit)"), {"now": now, "limit": limit}
+            )
+            return [(org_id, day) for org_id, day in rows]
+
+    async def digests(self, org_id: uuid.UUID, day: date) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The stored Home digests of ``day`` and of the day before (None where the brief wrote none)."""
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            rows = await session.execute(
+                select(WorkspaceDailyBrief.day, WorkspaceDailyBrief.digest).where(
+                    WorkspaceDailyBrief.org_id == org_id,
+                    WorkspaceDailyBrief.day.in_([day, day - timedelta(days=1)]),
+                )
+            )
+            by_day = {found: dict(digest) for found, digest in rows}
+        return by_day.get(day), by_day.get(day - timedelta(days=1))
 
     async def _insert_notification(
         self, session: AsyncSession, org_id: uuid.UUID, key: str, event_type: str, payload: dict[str, Any]

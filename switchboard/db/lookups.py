@@ -44,6 +44,8 @@ LOOKUP_FUNCTIONS: tuple[str, ...] = (
     "list_pending_notifications",
     # The runners' sweep of runs whose runner died (revision 0028).
     "list_stale_runs",
+    # The notifier's morning push of the Home digest (revision 0033).
+    "list_due_digests",
 )
 
 

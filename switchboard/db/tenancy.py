@@ -62,6 +62,7 @@ LOOKUP_TABLES: Final[frozenset[str]] = frozenset(
         "analysis_claims",  # list_due_analyses: which org-local days are claimed (docs/analysis.md)
         "workspace_daily_briefs",  # list_orgs_missing_digest: whose local day has no digest yet (docs/brief.md)
         "org_notifications",  # list_pending_notifications: what a crashed notifier left unsent (docs/notifier.md)
+        "org_webhooks",  # list_due_digests: which orgs can be told their morning digest (docs/notifier.md)
         "ai_agent_runs",  # list_stale_runs: runs whose runner died (docs/runner.md)
     }
 )

@@ -15,7 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from switchboard.egress import refuse_literal_address
 
 SIGNATURE_HEADER = "X-Switchboard-Signature"
-EVENT_TYPES = ["conversation.handoff", "budget.incident", "channel.disconnected"]
+EVENT_TYPES = [
+    "conversation.handoff",
+    "conversation.unanswered",
+    "budget.incident",
+    "channel.disconnected",
+    "home.digest",
+]
 
 
 class SetOrgWebhook(BaseModel):

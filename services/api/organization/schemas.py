@@ -19,12 +19,18 @@ class OrganizationView(BaseModel):
     time_zone: str
     rate_limit_runs_per_minute: int
     autonomy_kill_switch: bool
+    digest_hour: int | None
     created_at: datetime
     updated_at: datetime
 
 
+# Fields where an explicit null is a value (turn it off), not "leave it as it is".
+NULLABLE_FIELDS = frozenset({"digest_hour"})
+
+
 class OrganizationPatch(BaseModel):
-    """What an admin may change; omitted fields stay as they are."""
+    """What an admin may change; omitted fields stay as they are (as does a null, except where
+    null means "off": ``digest_hour``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -35,6 +41,17 @@ class OrganizationPatch(BaseModel):
     rate_limit_runs_per_minute: int | None = Field(
         default=None, ge=1, le=100_000, description="runs the dispatcher starts per minute for the org"
     )
+    digest_hour: int | None = Field(
+        default=None,
+        ge=0,
+        le=23,
+        description="local hour from which the day's Home digest is sent to the org webhook; null: never",
+    )
+
+    def changes(self) -> dict[str, object]:
+        """The fields to write: every one sent, a null only where it means something."""
+        sent = self.model_dump(exclude_unset=True)
+        return {field: value for field, value in sent.items() if value is not None or field in NULLABLE_FIELDS}
 
     @field_validator("name")
     @classmethod

@@ -29,7 +29,7 @@ def update(
     org = _row(session, org_id, for_update=True)
     changes = {
         field: {"from": getattr(org, field), "to": value}
-        for field, value in body.model_dump(exclude_none=True).items()
+        for field, value in body.changes().items()
         if getattr(org, field) != value
     }
     for field, change in changes.items():

@@ -16,6 +16,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     UniqueConstraint,
     func,
     text,
@@ -38,6 +39,7 @@ class Organization(UUIDPrimaryKey, Timestamps, Base):
         CheckConstraint("char_length(name) BETWEEN 1 AND 200", name="name_length"),
         CheckConstraint("slug ~ '^[a-z0-9][a-z0-9-]{1,62}$'", name="slug_format"),
         CheckConstraint("rate_limit_runs_per_minute > 0", name="rate_limit_positive"),
+        CheckConstraint("digest_hour IS NULL OR digest_hour BETWEEN 0 AND 23", name="digest_hour_range"),
     )
 
     name: Mapped[str]
@@ -46,6 +48,8 @@ class Organization(UUIDPrimaryKey, Timestamps, Base):
     time_zone: Mapped[str] = mapped_column(server_default=text("'UTC'"))
     # Runs per minute the dispatcher starts for this org [004 D7]; beyond it dispatches wait.
     rate_limit_runs_per_minute: Mapped[int] = mapped_column(Integer, server_default=text("60"))
+    # Local hour from which the notifier sends the day's Home digest to the org webhook; NULL: never.
+    digest_hour: Mapped[int | None] = mapped_column(SmallInteger, server_default=text("8"))
     # Org-level kill switch of autonomy: when on, no write tool runs in any area.
     autonomy_kill_switch: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     autonomy_kill_switch_changed_at: Mapped[datetime | None]

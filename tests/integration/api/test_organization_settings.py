@@ -77,3 +77,23 @@ async def test_business_hours_without_a_zone_are_in_the_orgs_zone(client: httpx.
     agent_id, version_id = created["agent"]["id"], created["version"]["id"]
     read = await client.get(f"/api/v1/agents/{agent_id}/versions/{version_id}", headers=org.headers(Role.MANAGER))
     assert read.json()["data"]["trigger_config"]["business_hours"]["time_zone"] == "Asia/Tokyo"
+
+
+async def test_the_morning_digest_hour_is_set_turned_off_and_kept_when_omitted(
+    client: httpx.AsyncClient, org: OrgHandle
+) -> None:
+    seen = await client.get(PATH, headers=org.headers(Role.VIEWER))
+    assert seen.json()["data"]["digest_hour"] == 8, "a new org is told at 08:00 by default"
+    for bad in (-1, 24, "eight"):
+        refused = await client.patch(PATH, json={"digest_hour": bad}, headers=org.headers())
+        assert refused.status_code == 422, (bad, refused.text)
+
+    at_seven = await client.patch(PATH, json={"digest_hour": 7}, headers=org.headers())
+    assert at_seven.json()["data"]["digest_hour"] == 7
+    renamed = await client.patch(PATH, json={"name": "Renamed"}, headers=org.headers())
+    assert renamed.json()["data"]["digest_hour"] == 7, "an omitted field stays as it is"
+    kept_name = await client.patch(PATH, json={"name": None, "digest_hour": None}, headers=org.headers())
+    assert kept_name.status_code == 200, kept_name.text
+    # A null is "off" for the digest hour, and "leave it" for a field that cannot be null.
+    assert (kept_name.json()["data"]["digest_hour"], kept_name.json()["data"]["name"]) == (None, "Renamed")
+    assert _audits(org)[-1]["changes"] == {"digest_hour": {"from": 7, "to": None}}

@@ -332,6 +332,9 @@ def notifier_settings(stack: StackEndpoints, topics: KafkaSettings, group_id: st
         send_max_attempts=4,
         send_backoff_initial_s=0.05,
         send_backoff_max_s=0.2,
+        # Off: the morning push would tell any due org of the shared database, on the clock's
+        # say (test_digest_push.py turns it on).
+        digest_interval_s=0,
     )
 
 

@@ -1,0 +1,135 @@
+"""The morning push (services/notifier/digest_push.py): at the org's ``digest_hour`` in its own
+zone, the day's Home digest goes to the org's signed webhook as ``home.digest`` — once per org
+and day however many notifiers look, never before the hour, never without a webhook, a digest
+or an hour set."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import delete, update
+
+from services.notifier.settings import NotifierSettings
+from services.notifier.store import NotifierStore
+from switchboard.crypto import KeyRing
+from switchboard.db.models import WorkspaceDailyBrief
+from switchboard.db.models.notifications import OrgNotification, OrgWebhook
+from switchboard.db.models.tenancy import Organization
+from switchboard.db.session import create_async_engine, create_async_sessionmaker
+from tests.integration.notifier.conftest import RunningNotifier, WebhookReceiver, World, eventually
+from tests.integration.notifier.test_handoff import notifications, set_webhook, verify
+from tests.support.agents import tenant_session
+from tests.support.stack import StackEndpoints
+
+pytestmark = pytest.mark.integration
+
+
+def _digest(day: date, *, runs: int, todo: int) -> dict[str, Any]:
+    """A stored digest as the brief writes it (only what the push reads matters here)."""
+    return {
+        "date": day.isoformat(),
+        "time_zone": "UTC",
+        "sections": ["pulse", "done", "todo", "planets"],
+        "pulse": {"text": f"{runs} runs", "runs": runs, "replies": runs - 1, "handoffs": 1, "spend_micros": 420_000},
+        "done": [{"text": "sent 2 WhatsApp messages", "count": 2}],
+        "todo": [{"kind": "proposed_action", "title": f"Approve #{n}"} for n in range(todo)],
+        "planets": [],
+    }
+
+
+def _store_digests(world: World, digests: dict[date, dict[str, Any]]) -> None:
+    with tenant_session(world.org) as session:
+        for day, digest in digests.items():
+            session.add(WorkspaceDailyBrief(org_id=world.org.org_id, day=day, digest=digest))
+
+
+def _set_org(world: World, **values: Any) -> None:
+    with tenant_session(world.org) as session:
+        session.execute(update(Organization).where(Organization.id == world.org.org_id).values(**values))
+
+
+def _home_digests(receiver: WebhookReceiver) -> list[dict[str, Any]]:
+    return [hit.json() for hit in receiver.hits if hit.json()["type"] == "home.digest"]
+
+
+async def test_the_push_is_due_from_the_orgs_local_hour_with_a_webhook_and_a_digest(
+    stack: StackEndpoints, keyring: KeyRing, world: World, receiver: WebhookReceiver, api: httpx.AsyncClient
+) -> None:
+    await set_webhook(api, world, receiver.url)
+    _set_org(world, time_zone="America/Sao_Paulo", digest_hour=8)  # UTC-3, no daylight saving
+    day = date(2026, 12, 3)
+    _store_digests(world, {day: _digest(day, runs=1, todo=0)})
+    engine = create_async_engine(stack.database_url)
+    store = NotifierStore(create_async_sessionmaker(engine), keyring, waha_base_url="http://127.0.0.1:9")
+    org = world.org.org_id
+
+    async def due(now: datetime) -> list[date]:
+        return [d for o, d in await store.due_digests(now, 10_000) if o == org]
+
+    try:
+        assert await due(datetime(2026, 12, 3, 10, 59, tzinfo=UTC)) == [], "07:59 in São Paulo: not yet"
+        assert await due(datetime(2026, 12, 3, 11, 0, tzinfo=UTC)) == [day], "08:00 in São Paulo"
+        assert await due(datetime(2026, 12, 4, 2, 59, tzinfo=UTC)) == [day], "still today at 23:59 there"
+        assert await due(datetime(2026, 12, 4, 11, 0, tzinfo=UTC)) == [], "the next day has no digest yet"
+
+        # Two notifiers that both saw it due: only the one whose insert created the row sends it.
+        racing = [store.create_notification(org, f"home_digest:{day}", "home.digest", {}) for _ in range(2)]
+        created = [n for n in await asyncio.gather(*racing) if n is not None]
+        assert len(created) == 1
+        assert await due(datetime(2026, 12, 3, 11, 0, tzinfo=UTC)) == [], "told already"
+        with tenant_session(world.org) as session:
+            session.execute(delete(OrgNotification).where(OrgNotification.org_id == org))
+
+        _set_org(world, digest_hour=None)
+        assert await due(datetime(2026, 12, 3, 23, 0, tzinfo=UTC)) == [], "no hour: the push is off"
+        _set_org(world, digest_hour=8)
+        with tenant_session(world.org) as session:
+            session.execute(delete(OrgWebhook).where(OrgWebhook.org_id == org))
+        assert await due(datetime(2026, 12, 3, 23, 0, tzinfo=UTC)) == [], "no webhook: nobody to tell"
+    finally:
+        await engine.dispose()
+
+
+async def test_the_days_digest_reaches_the_signed_webhook_once_however_many_notifiers_look(
+    keyring: KeyRing,
+    world: World,
+    receiver: WebhookReceiver,
+    api: httpx.AsyncClient,
+    notifier_settings: NotifierSettings,
+) -> None:
+    secret = await set_webhook(api, world, receiver.url)
+    _set_org(world, time_zone="UTC", digest_hour=0)
+    today = datetime.now(UTC).date()
+    yesterday = today - timedelta(days=1)
+    _store_digests(world, {today: _digest(today, runs=0, todo=2), yesterday: _digest(yesterday, runs=3, todo=0)})
+    receiver.fail_next(503)  # the first attempt fails: retried, with the same event id
+
+    settings = notifier_settings.model_copy(update={"digest_interval_s": 0.2})
+    notifiers = [await RunningNotifier(settings, keyring).wait_ready() for _ in range(2)]
+    try:
+        await eventually(lambda: _home_digests(receiver), lambda hits: len(hits) == 2)  # the 503, then the delivery
+        await asyncio.sleep(1.0)  # five more passes of each notifier
+        hits = [hit for hit in receiver.hits if hit.json()["type"] == "home.digest"]
+        assert len(hits) == 2, "once per org and day"
+        first, delivered = (hit.json() for hit in hits)
+        assert first["id"] == delivered["id"]
+        assert verify(secret, hits[1].headers, hits[1].body)
+
+        assert delivered["org_id"] == str(world.org.org_id)
+        data = delivered["data"]
+        assert data["date"] == today.isoformat()
+        assert data["summary"] == "Yesterday: 3 runs, 2 replies, 1 handoff, $0.42 spent. 2 items wait for you."
+        assert data["digest"]["todo"] == [
+            {"kind": "proposed_action", "title": "Approve #0"},
+            {"kind": "proposed_action", "title": "Approve #1"},
+        ]
+        assert data["yesterday"]["date"] == yesterday.isoformat() and data["yesterday"]["pulse"]["runs"] == 3
+        [row] = [n for n in notifications(world) if n.event_type == "home.digest"]
+        assert (row.dedupe_key, row.status) == (f"home_digest:{today.isoformat()}", "sent")
+    finally:
+        for notifier in notifiers:
+            await notifier.stop()
