@@ -195,6 +195,8 @@ async def test_a_handoff_acknowledgement_reaches_the_customer_once(
         await publish(Topics.RUN_COMPLETED, run)
     await publish(Topics.HANDOFF_TRIGGERED, world.handoff(run))
     await eventually(lambda: [c.text for c in channel.delivered], lambda t: t == [run.final_text])
+    # The handoff comes on its own topic: the marker below is withheld only once it was applied.
+    await eventually(lambda: world.conversation().status, lambda s: s == "handoff")
     marker = world.run(text="marker")  # withheld (the humans own the conversation), once handled
     await publish(Topics.RUN_COMPLETED, marker)
     await eventually(lambda: [d.status for d in world.deliveries(marker.run_id)], lambda s: s == ["failed"])
