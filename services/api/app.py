@@ -25,6 +25,7 @@ from services.api.core.cors import install_cors, parse_origins
 from services.api.core.database import Database
 from services.api.core.errors import install_error_handlers
 from services.api.core.request_id import install_request_id
+from services.api.core.request_metrics import install_request_metrics
 from services.api.core.text_guard import reject_nul_characters
 from services.api.credentials.endpoints import router as credentials_router
 from services.api.followups.endpoints import router as followups_router
@@ -122,6 +123,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     install_cors(app, parse_origins(settings.cors_origins))
+    install_request_metrics(app)
     install_request_id(app)
 
     @app.get("/healthz", include_in_schema=False)

@@ -14,6 +14,8 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp
 
+from services.api.core.outermost import wrap_outermost
+
 ALLOWED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 ALLOWED_HEADERS = ("Authorization", "Content-Type", "Idempotency-Key", "X-Request-Id", "Last-Event-ID")
 EXPOSED_HEADERS = ("X-Request-Id", "Retry-After")
@@ -44,11 +46,10 @@ def install_cors(app: FastAPI, origins: tuple[str, ...]) -> None:
     """
     if not origins:
         return
-    build_inner_stack = app.build_middleware_stack
 
-    def build_middleware_stack() -> ASGIApp:
+    def layer(inner: ASGIApp) -> ASGIApp:
         return CORSMiddleware(
-            build_inner_stack(),
+            inner,
             allow_origins=list(origins),
             allow_methods=list(ALLOWED_METHODS),
             allow_headers=list(ALLOWED_HEADERS),
@@ -57,4 +58,4 @@ def install_cors(app: FastAPI, origins: tuple[str, ...]) -> None:
             max_age=PREFLIGHT_MAX_AGE_S,
         )
 
-    app.build_middleware_stack = build_middleware_stack  # type: ignore[method-assign]
+    wrap_outermost(app, layer)

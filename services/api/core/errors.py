@@ -133,12 +133,25 @@ _STATUS_CODES = {
 }
 
 
+def _log_refusal(request: Request, status: int, code: str) -> None:
+    """One line per refused request, with the id its caller was answered with (``X-Request-Id``)."""
+    log.info(
+        "request refused",
+        extra={
+            "error_code": code,
+            "status": status,
+            "path": request.url.path,
+            "request_id": getattr(request.state, "request_id", None),
+        },
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Render every error, ours or the framework's, as the one envelope."""
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        log.info("request refused", extra={"error_code": exc.code, "status": exc.status_code, "path": request.url.path})
+        _log_refusal(request, exc.status_code, exc.code)
         return error_response(exc.status_code, exc.code, exc.message, exc.details, exc.headers)
 
     @app.exception_handler(RequestValidationError)
@@ -151,12 +164,14 @@ def install_error_handlers(app: FastAPI) -> None:
             }
             for err in exc.errors()
         ]
+        _log_refusal(request, 422, "validation_error")
         return error_response(422, "validation_error", "The request is invalid", {"errors": problems})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         message = exc.detail if isinstance(exc.detail, str) else code
+        _log_refusal(request, exc.status_code, code)
         return error_response(exc.status_code, code, message)
 
     @app.exception_handler(Exception)

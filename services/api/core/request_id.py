@@ -12,6 +12,8 @@ import uuid
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from services.api.core.outermost import wrap_outermost
+
 REQUEST_ID_HEADER = "X-Request-Id"
 _HEADER_BYTES = REQUEST_ID_HEADER.lower().encode()
 
@@ -38,15 +40,6 @@ class RequestIdMiddleware:
 
 
 def install_request_id(app: Starlette) -> None:
-    """Make :class:`RequestIdMiddleware` the outermost layer of ``app``.
-
-    ``add_middleware`` would place it inside Starlette's ``ServerErrorMiddleware``, so the
-    500 answer of the catch-all handler — the one response whose id an operator needs to
-    find the log line — would leave without the header.
-    """
-    build_inner_stack = app.build_middleware_stack
-
-    def build_middleware_stack() -> ASGIApp:
-        return RequestIdMiddleware(build_inner_stack())
-
-    app.build_middleware_stack = build_middleware_stack  # type: ignore[method-assign]
+    """Make :class:`RequestIdMiddleware` the outermost layer of ``app``: the 500 answer of the
+    catch-all handler is the one response whose id an operator needs to find the log line."""
+    wrap_outermost(app, RequestIdMiddleware)
