@@ -44,8 +44,9 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from switchboard.contracts import ContractError, Serde, TopicSpec
 from switchboard.kafka.errors import PermanentRecordError
+from switchboard.kafka.lag import LAG_REFRESH_S, LagGauge
 from switchboard.observability.logging import get_logger
-from switchboard.observability.metrics import CONSUMER_LAG, HANDLER_SECONDS, RECORDS_CONSUMED, RECORDS_DEAD_LETTERED
+from switchboard.observability.metrics import HANDLER_SECONDS, RECORDS_CONSUMED, RECORDS_DEAD_LETTERED
 from switchboard.observability.scrubbing import scrub_text
 from switchboard.settings import KafkaSettings
 
@@ -110,13 +111,16 @@ class DeadLetterSink(Protocol):
 
 
 class _JoinWatch(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Sets ``joined`` once the group gave this member its share (possibly none): only then ready."""
+    """Sets ``joined`` once the group gave this member its share (possibly none): only then ready;
+    a revoked partition's lag series goes (``lag.py``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lag: LagGauge | None = None) -> None:
         self.joined = asyncio.Event()
+        self._lag = lag
 
     async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
-        del revoked
+        if self._lag is not None:
+            self._lag.forget(revoked)
 
     async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
         del assigned
@@ -147,6 +151,7 @@ class RecordConsumer:
         flow: FlowControl | None = None,
         across_partitions: bool = False,
         concurrent_partitions: bool = False,
+        lag_refresh_s: float = LAG_REFRESH_S,
     ) -> None:
         self._service = service
         self._kafka = kafka
@@ -162,7 +167,8 @@ class RecordConsumer:
         self._max_batch = max_batch
         self._options = dict(consumer_options or {})
         self._consumer: AIOKafkaConsumer | None = None
-        self._join = _JoinWatch()
+        self._lag = LagGauge(service, lag_refresh_s)
+        self._join = _JoinWatch(self._lag)
         self._stop = asyncio.Event()
         self._flow = flow
         self._paused = False
@@ -193,13 +199,14 @@ class RecordConsumer:
             isolation_level="read_committed",
             **self._options,
         )
-        self._join = _JoinWatch()
+        self._join = _JoinWatch(self._lag)
         consumer.subscribe(list(self._topics), listener=self._join)
         self._consumer = consumer
         await consumer.start()
         log.info("consumer started", extra={"group_id": self._group_id, "topics": sorted(self._topics)})
         try:
             while not stop.is_set():
+                await self._lag.maybe_refresh(consumer)
                 limit = await self._fetch_limit(consumer)
                 batches = await consumer.getmany(timeout_ms=250, max_records=limit)
                 if self._across_partitions and len(batches) > 1 and await self._process_across(consumer, batches):
@@ -213,6 +220,7 @@ class RecordConsumer:
                         break
         finally:
             await consumer.stop()
+            self._lag.forget_all()  # a stopped member reports nothing
             self._consumer = None
             log.info("consumer stopped", extra={"group_id": self._group_id})
 
@@ -295,9 +303,7 @@ class RecordConsumer:
             raise failures[0]  # what the partition-by-partition path would have raised (e.g. cancellation)
 
     def _report_lag(self, consumer: AIOKafkaConsumer, tp: TopicPartition, next_offset: int | None) -> None:
-        highwater = consumer.highwater(tp)
-        if highwater is not None and next_offset is not None:
-            CONSUMER_LAG.labels(self._service, tp.topic, str(tp.partition)).set(max(0, highwater - next_offset))
+        self._lag.report(consumer, tp, next_offset)
 
     async def _process_across(
         self, consumer: AIOKafkaConsumer, batches: Mapping[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
