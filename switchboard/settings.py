@@ -11,6 +11,7 @@ import ssl
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -93,6 +94,11 @@ class KafkaSettings(SharedSettings):
     topic_prefix: str = ""
     # Confluent-compatible registry; without it schema ids come from schemas/catalog.json.
     schema_registry_url: str | None = None
+    # HTTP basic auth of the registry (Confluent Cloud: the API key and secret), never in the
+    # URL; and the CA bundle of its TLS certificate when the system's does not hold it.
+    schema_registry_username: str | None = None
+    schema_registry_password: SecretStr | None = None
+    schema_registry_cafile: Path | None = None
     # Partitions of every conversation-scoped topic (they must all share one count).
     conversation_partitions: int = Field(default=6, ge=1, le=1024)
     replication_factor: int = Field(default=1, ge=1)
@@ -108,7 +114,18 @@ class KafkaSettings(SharedSettings):
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
 
-    @field_validator("sasl_username", "sasl_password", "ssl_cafile", "ssl_certfile", "ssl_keyfile", mode="before")
+    @field_validator(
+        "schema_registry_url",
+        "schema_registry_username",
+        "schema_registry_password",
+        "schema_registry_cafile",
+        "sasl_username",
+        "sasl_password",
+        "ssl_cafile",
+        "ssl_certfile",
+        "ssl_keyfile",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         # config.env lists every setting; an empty one means "not set", never the path ".".
@@ -120,6 +137,14 @@ class KafkaSettings(SharedSettings):
             raise ValueError(
                 f"KAFKA_SECURITY_PROTOCOL={self.security_protocol.value} "
                 "needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD"
+            )
+        if (self.schema_registry_username is None) != (self.schema_registry_password is None):
+            raise ValueError("KAFKA_SCHEMA_REGISTRY_USERNAME and KAFKA_SCHEMA_REGISTRY_PASSWORD go together")
+        if self.schema_registry_url and urlsplit(self.schema_registry_url).password is not None:
+            # A URL is logged and shown; a password in it would be too.
+            raise ValueError(
+                "KAFKA_SCHEMA_REGISTRY_URL must not embed credentials: "
+                "set KAFKA_SCHEMA_REGISTRY_USERNAME and KAFKA_SCHEMA_REGISTRY_PASSWORD"
             )
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("KAFKA_SSL_CERTFILE and KAFKA_SSL_KEYFILE go together (a client certificate and its key)")
@@ -133,6 +158,12 @@ class KafkaSettings(SharedSettings):
         if self.ssl_certfile is not None and self.ssl_keyfile is not None:
             context.load_cert_chain(certfile=str(self.ssl_certfile), keyfile=str(self.ssl_keyfile))
         return context
+
+    def schema_registry_auth(self) -> tuple[str, str] | None:
+        """Basic auth of the schema registry, when one is configured."""
+        if self.schema_registry_username is None or self.schema_registry_password is None:
+            return None
+        return self.schema_registry_username, self.schema_registry_password.get_secret_value()
 
     def client_options(self) -> dict[str, Any]:
         """What every aiokafka client (producer, consumer, admin) is built with: where the broker is

@@ -14,6 +14,7 @@ number spaces (see docs/contracts.md for how to seed a fresh registry with the c
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,11 +174,19 @@ class ConfluentRegistryClient:
     """
 
     def __init__(
-        self, url: str, *, client: httpx.Client | None = None, timeout_s: float = 5.0, auto_register: bool = True
+        self,
+        url: str,
+        *,
+        client: httpx.Client | None = None,
+        timeout_s: float = 5.0,
+        auto_register: bool = True,
+        auth: tuple[str, str] | None = None,
+        cafile: Path | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.auto_register = auto_register
-        self._client = client or httpx.Client(timeout=timeout_s)
+        verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(cafile)) if cafile else True
+        self._client = client or httpx.Client(timeout=timeout_s, auth=auth, verify=verify)
         self._ids: dict[tuple[str, str], int] = {}
         self._schemas: dict[int, Schema] = {}
 
@@ -245,6 +254,12 @@ class ConfluentRegistryClient:
                 ContractErrorCode.REGISTRY_UNAVAILABLE,
                 f"{method} {path}: HTTP {response.status_code} {_error_message(response)}",
             )
+        if response.status_code in (401, 403):
+            raise ContractError(
+                ContractErrorCode.REGISTRY_ERROR,
+                f"{method} {path}: HTTP {response.status_code}: the registry refused our credentials "
+                "(KAFKA_SCHEMA_REGISTRY_USERNAME, KAFKA_SCHEMA_REGISTRY_PASSWORD)",
+            )
         if response.status_code >= 400 and response.status_code not in (404, 409):
             raise ContractError(
                 ContractErrorCode.REGISTRY_ERROR,
@@ -278,5 +293,9 @@ def _error_message(response: httpx.Response) -> str:
 def registry_from_settings(settings: KafkaSettings, *, directory: Path | None = None) -> SchemaRegistry:
     """The registry the settings ask for: HTTP when a URL is set, else the catalog."""
     if settings.schema_registry_url:
-        return ConfluentRegistryClient(settings.schema_registry_url)
+        return ConfluentRegistryClient(
+            settings.schema_registry_url,
+            auth=settings.schema_registry_auth(),
+            cafile=settings.schema_registry_cafile,
+        )
     return CatalogRegistry(directory)

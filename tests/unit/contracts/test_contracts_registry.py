@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr, ValidationError
 
 from switchboard.contracts import (
     CatalogRegistry,
@@ -15,6 +19,7 @@ from switchboard.contracts import (
     ContractError,
     ContractErrorCode,
     Serde,
+    Topics,
     all_topics,
     registry_from_settings,
     topic_for_record,
@@ -198,3 +203,64 @@ def test_serde_round_trips_through_the_confluent_registry(make_client: Callable[
     for record in realistic_records():
         topic = topic_for_record(type(record))
         assert consumer.decode(topic, producer.encode(topic, record)) == record
+
+
+# --------------------------------------------------------------------------- registry auth
+
+
+class _AuthRegistry(http.server.BaseHTTPRequestHandler):
+    """A registry that wants basic auth (Confluent Cloud: API key and secret)."""
+
+    expected = "Basic " + base64.b64encode(b"SR-KEY:sr-secret").decode()
+    seen: list[str | None] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.seen.append(self.headers.get("Authorization"))
+        ok = self.headers.get("Authorization") == self.expected
+        body = json.dumps({"id": 41} if ok else {"error_code": 40101, "message": "Unauthorized"}).encode()
+        self.send_response(200 if ok else 401)
+        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        del args
+
+
+def test_the_registry_is_reached_with_the_configured_basic_auth_and_a_refusal_names_the_settings() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AuthRegistry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    schema = Topics.RUN_STARTED.load_schema()
+    try:
+        good = KafkaSettings(
+            schema_registry_url=url, schema_registry_username="SR-KEY", schema_registry_password="sr-secret"
+        )
+        registry = registry_from_settings(good)
+        assert registry.id_for("run_started-value", schema) == 41
+        assert _AuthRegistry.seen[-1] == _AuthRegistry.expected
+
+        wrong = good.model_copy(update={"schema_registry_password": SecretStr("stale-secret")})
+        with pytest.raises(ContractError) as refused:
+            registry_from_settings(wrong).id_for("run_started-value", schema)
+        assert refused.value.code is ContractErrorCode.REGISTRY_ERROR
+        assert "KAFKA_SCHEMA_REGISTRY_PASSWORD" in refused.value.message
+        assert "stale-secret" not in refused.value.message
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"schema_registry_url": "https://key:secret@registry.example.com"},
+        {"schema_registry_url": "https://registry.example.com", "schema_registry_username": "key"},
+        {"schema_registry_url": "https://registry.example.com", "schema_registry_password": "secret"},
+    ],
+)
+def test_registry_credentials_in_the_url_or_half_given_are_refused_at_start(settings: dict[str, str]) -> None:
+    with pytest.raises(ValidationError) as refused:
+        KafkaSettings(**settings)  # type: ignore[arg-type]
+    assert "secret" not in str(refused.value).replace("KAFKA_SCHEMA_REGISTRY_PASSWORD", "")
