@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from typing import Any, Final
@@ -26,6 +27,8 @@ log = get_logger(__name__)
 
 EVENT_TYPE: Final = "home.digest"
 PAGE: Final = 200
+# Digest sends in flight at once per notifier (each takes a database connection to record).
+SENDS_AT_ONCE: Final = 4
 
 
 def dedupe_key(day: date) -> str:
@@ -37,16 +40,24 @@ def _count(n: int, one: str, many: str) -> str:
 
 
 def summary(today: Mapping[str, Any], yesterday: Mapping[str, Any] | None) -> str:
-    """One line a person reads in a chat or a mail subject: yesterday's work, what waits now."""
+    """One line a person reads in a chat or a mail subject: yesterday's work, what waits now.
+
+    What went wrong is in it when it happened (replies that never arrived, customers left
+    unanswered): the line on a phone is the one that most needs it."""
     parts: list[str] = []
     if yesterday is not None:
         pulse = yesterday.get("pulse", {})
+        counts = [
+            _count(int(pulse.get("runs", 0)), "run", "runs"),
+            _count(int(pulse.get("replies", 0)), "reply", "replies"),
+        ]
+        if int(pulse.get("undelivered", 0)):
+            counts.append(f"{pulse['undelivered']} not delivered")
+        if int(pulse.get("unanswered", 0)):
+            counts.append(f"{_count(int(pulse['unanswered']), 'customer', 'customers')} left unanswered")
+        counts.append(_count(int(pulse.get("handoffs", 0)), "handoff", "handoffs"))
         spend = int(pulse.get("spend_micros", 0)) / 1_000_000
-        parts.append(
-            f"Yesterday: {_count(int(pulse.get('runs', 0)), 'run', 'runs')}, "
-            f"{_count(int(pulse.get('replies', 0)), 'reply', 'replies')}, "
-            f"{_count(int(pulse.get('handoffs', 0)), 'handoff', 'handoffs')}, ${spend:.2f} spent."
-        )
+        parts.append(f"Yesterday: {', '.join(counts)}, ${spend:.2f} spent.")
     waiting = len(today.get("todo", []))
     parts.append(f"{_count(waiting, 'item waits', 'items wait')} for you." if waiting else "Nothing waits for you.")
     return " ".join(parts)
@@ -64,12 +75,18 @@ def payload(today: Mapping[str, Any], yesterday: Mapping[str, Any] | None) -> di
     }
 
 
-async def push_due(store: NotifierStore, queue: NotificationQueue, now: datetime | None = None) -> int:
-    """One pass: queue and start sending every due digest; how many this notifier queued."""
+async def push_due(
+    store: NotifierStore, queue: NotificationQueue, limiter: asyncio.Semaphore, now: datetime | None = None
+) -> int:
+    """One pass over every due org, page by page in id order; how many this notifier queued.
+
+    Keyset pages: an org that fails (logged) is passed, never met again in this pass, so a
+    page of failing orgs cannot keep the rest from their mornings; the next pass retries it."""
+    at = now or datetime.now(UTC)
     queued = 0
+    after: uuid.UUID | None = None
     while True:
-        due = await store.due_digests(now or datetime.now(UTC), PAGE)
-        created = 0
+        due = await store.due_digests(at, PAGE, after)
         for org_id, day in due:
             try:
                 today, yesterday = await store.digests(org_id, day)
@@ -81,22 +98,24 @@ async def push_due(store: NotifierStore, queue: NotificationQueue, now: datetime
             except Exception:  # one org's failure must not keep the others' mornings away
                 log.warning("morning digest not queued", extra={"org_id": str(org_id)}, exc_info=True)
                 continue
-            created += 1
             if notification is not None:  # None: another notifier queued it first and sends it
-                queue.submit(org_id, notification)
+                queue.submit(org_id, notification, limiter)
                 queued += 1
-        # A short page was the last; a page where every org failed would come back the same.
-        if len(due) < PAGE or created == 0:
+        if len(due) < PAGE:
             return queued
+        after = due[-1][0]
 
 
 async def run_digest_pushes(
     store: NotifierStore, queue: NotificationQueue, interval_s: float, stop: asyncio.Event
 ) -> None:
     """A pass at start and every ``interval_s``; a failed pass is logged and tried again next time."""
+    # At the hour a whole time zone is due at once: its sends share the notifier's database
+    # pool and HTTP client with the customers' replies, so only so many go at a time.
+    limiter = asyncio.Semaphore(SENDS_AT_ONCE)
     while not stop.is_set():
         try:
-            queued = await push_due(store, queue)
+            queued = await push_due(store, queue, limiter)
             if queued:
                 log.info("morning digests queued", extra={"orgs": queued})
         except Exception as exc:  # the database away: the next pass tries again

@@ -37,18 +37,25 @@ class NotificationQueue:
     def in_flight(self) -> frozenset[uuid.UUID]:
         return frozenset(self._tasks)
 
-    def submit(self, org_id: uuid.UUID, notification: Notification) -> bool:
-        """Start sending it; False when it is already being sent by this process."""
+    def submit(
+        self, org_id: uuid.UUID, notification: Notification, limiter: asyncio.Semaphore | None = None
+    ) -> bool:
+        """Start sending it (once ``limiter`` lets it, when given); False when it is already
+        being sent by this process."""
         if notification.id in self._tasks:
             return False
-        task = asyncio.create_task(self._run(org_id, notification), name=f"notify-{notification.id}")
+        task = asyncio.create_task(self._run(org_id, notification, limiter), name=f"notify-{notification.id}")
         self._tasks[notification.id] = task
         task.add_done_callback(lambda _: self._tasks.pop(notification.id, None))
         return True
 
-    async def _run(self, org_id: uuid.UUID, notification: Notification) -> None:
+    async def _run(self, org_id: uuid.UUID, notification: Notification, limiter: asyncio.Semaphore | None) -> None:
         try:
-            await self._deliver(org_id, notification)
+            if limiter is None:
+                await self._deliver(org_id, notification)
+            else:
+                async with limiter:
+                    await self._deliver(org_id, notification)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the database away while recording: the row stays pending, the sweep retries

@@ -580,11 +580,15 @@ class NotifierStore:
                 return None
             return await self._pending_notification(session, org_id, dedupe_key)
 
-    async def due_digests(self, now: datetime, limit: int) -> list[tuple[uuid.UUID, date]]:
-        """Orgs whose morning digest push is due (``list_due_digests``, revision 0033): ids and days."""
+    async def due_digests(
+        self, now: datetime, limit: int, after: uuid.UUID | None = None
+    ) -> list[tuple[uuid.UUID, date]]:
+        """Orgs whose morning digest push is due (``list_due_digests``, revision 0033): ids and
+        days, in id order after ``after`` (a page)."""
         async with self._sessions() as session:
             rows = await session.execute(
-                text("SELECT org_id, day FROM list_due_digests(:now, :limit)"), {"now": now, "limit": limit}
+                text("SELECT org_id, day FROM list_due_digests(:now, :after, :limit)"),
+                {"now": now, "after": after, "limit": limit},
             )
             return [(org_id, day) for org_id, day in rows]
 

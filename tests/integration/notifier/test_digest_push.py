@@ -6,6 +6,7 @@ or an hour set."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -13,8 +14,11 @@ import httpx
 import pytest
 from sqlalchemy import delete, update
 
+from scripts.channel_server import ChannelServer
+from services.notifier import digest_push
+from services.notifier.notifications import NotificationQueue
 from services.notifier.settings import NotifierSettings
-from services.notifier.store import NotifierStore
+from services.notifier.store import Notification, NotifierStore
 from switchboard.crypto import KeyRing
 from switchboard.db.models import WorkspaceDailyBrief
 from switchboard.db.models.notifications import OrgNotification, OrgWebhook
@@ -23,6 +27,7 @@ from switchboard.db.session import create_async_engine, create_async_sessionmake
 from tests.integration.notifier.conftest import RunningNotifier, WebhookReceiver, World, eventually
 from tests.integration.notifier.test_handoff import notifications, set_webhook, verify
 from tests.support.agents import tenant_session
+from tests.support.api import create_org
 from tests.support.stack import StackEndpoints
 
 pytestmark = pytest.mark.integration
@@ -50,6 +55,14 @@ def _store_digests(world: World, digests: dict[date, dict[str, Any]]) -> None:
 def _set_org(world: World, **values: Any) -> None:
     with tenant_session(world.org) as session:
         session.execute(update(Organization).where(Organization.id == world.org.org_id).values(**values))
+
+
+def _zone_at_noon() -> tuple[str, date]:
+    """A fixed-offset zone where it is about noon now, and its date (Etc/GMT-5 is UTC+5)."""
+    now = datetime.now(UTC)
+    offset = 12 - now.hour  # -11..12, all of them zones
+    zone = "Etc/GMT" if offset == 0 else f"Etc/GMT{-offset:+d}"
+    return zone, (now + timedelta(hours=offset)).date()
 
 
 def _home_digests(receiver: WebhookReceiver) -> list[dict[str, Any]]:
@@ -102,8 +115,8 @@ async def test_the_days_digest_reaches_the_signed_webhook_once_however_many_noti
     notifier_settings: NotifierSettings,
 ) -> None:
     secret = await set_webhook(api, world, receiver.url)
-    _set_org(world, time_zone="UTC", digest_hour=0)
-    today = datetime.now(UTC).date()
+    zone, today = _zone_at_noon()  # far from its midnight: the test's day cannot end mid-test
+    _set_org(world, time_zone=zone, digest_hour=0)
     yesterday = today - timedelta(days=1)
     _store_digests(world, {today: _digest(today, runs=0, todo=2), yesterday: _digest(yesterday, runs=3, todo=0)})
     receiver.fail_next(503)  # the first attempt fails: retried, with the same event id
@@ -123,6 +136,7 @@ async def test_the_days_digest_reaches_the_signed_webhook_once_however_many_noti
         data = delivered["data"]
         assert data["date"] == today.isoformat()
         assert data["summary"] == "Yesterday: 3 runs, 2 replies, 1 handoff, $0.42 spent. 2 items wait for you."
+        assert data["digest"]["date"] == today.isoformat()
         assert data["digest"]["todo"] == [
             {"kind": "proposed_action", "title": "Approve #0"},
             {"kind": "proposed_action", "title": "Approve #1"},
@@ -133,3 +147,37 @@ async def test_the_days_digest_reaches_the_signed_webhook_once_however_many_noti
     finally:
         for notifier in notifiers:
             await notifier.stop()
+
+
+async def test_a_pass_goes_through_every_due_org_page_by_page(
+    stack: StackEndpoints,
+    keyring: KeyRing,
+    channel: ChannelServer,
+    world: World,
+    receiver: WebhookReceiver,
+    api: httpx.AsyncClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    day = date(2031, 6, 15)  # a day no other test's org has a digest of
+    worlds = [world, *(World(create_org(stack.database_url), keyring, channel.url) for _ in range(2))]
+    for each in worlds:
+        await set_webhook(api, each, receiver.url)
+        _set_org(each, time_zone="UTC", digest_hour=8)
+        _store_digests(each, {day: _digest(day, runs=1, todo=1)})
+    monkeypatch.setattr(digest_push, "PAGE", 1)  # a page per org
+    queued: list[tuple[uuid.UUID, str]] = []
+
+    async def record(org_id: uuid.UUID, notification: Notification) -> None:
+        queued.append((org_id, notification.event_type))
+
+    engine = create_async_engine(stack.database_url)
+    store = NotifierStore(create_async_sessionmaker(engine), keyring, waha_base_url="http://127.0.0.1:9")
+    queue = NotificationQueue(record)
+    try:
+        at_nine = datetime(2031, 6, 15, 9, 0, tzinfo=UTC)
+        assert await digest_push.push_due(store, queue, asyncio.Semaphore(1), at_nine) == 3
+        await queue.wait_idle(10)
+        assert sorted(queued) == sorted((each.org.org_id, "home.digest") for each in worlds)
+        assert await digest_push.push_due(store, queue, asyncio.Semaphore(1), at_nine) == 0, "once a day"
+    finally:
+        await engine.dispose()

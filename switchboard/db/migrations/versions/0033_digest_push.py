@@ -5,13 +5,16 @@ Revises: 0032
 Create Date: 2026-12-03
 
 The brief composes today's digest when the org's day begins, but the owner saw it only by
-opening Home. ``organizations.digest_hour`` (0-23 in the org's zone, default 8; NULL = no
-push) is when the notifier announces the day's digest on the org's webhook, event
-``home.digest`` (docs/notifier.md "The morning digest push"). Every notifier asks
-``list_due_digests(now, limit)`` — ids and days only: orgs with a webhook whose local hour
-reached their ``digest_hour``, whose today has a digest and no ``home_digest:<day>``
-notification yet. The owner role may read ``org_webhooks`` (``owner_lookup``) for that
-question only.
+opening Home. ``organizations.digest_hour`` (0-23 in the org's zone; NULL = no push) is
+when the notifier announces the day's digest on the org's webhook, event ``home.digest``
+(docs/notifier.md "The morning digest push"). New orgs get 8; orgs that exist already get
+NULL: their webhook receivers were built for the events they had, and the digest carries
+the Home's texts, so an admin turns it on (``PATCH /api/v1/organization``) rather than
+finding it in a Slack channel one morning. Every notifier asks
+``list_due_digests(now, after, limit)`` — ids and days only, in id order after ``after``
+(keyset pages): orgs with a webhook whose local hour reached their ``digest_hour``, whose
+today has a digest and no ``home_digest:<YYYY-MM-DD>`` notification yet. The owner role
+may read ``org_webhooks`` (``owner_lookup``) for that question only.
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _CHECK = "ck_organizations_digest_hour_range"
-_FUNCTION = "list_due_digests(timestamptz, integer)"
+_FUNCTION = "list_due_digests(timestamptz, uuid, integer)"
 _FUNCTION_SQL = """
-CREATE FUNCTION list_due_digests(p_now timestamptz, p_limit integer)
+CREATE FUNCTION list_due_digests(p_now timestamptz, p_after uuid, p_limit integer)
 RETURNS TABLE (org_id uuid, day date)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
     WITH local AS (
@@ -39,7 +42,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_te
         FROM public.organizations AS o
         JOIN public.org_webhooks AS w ON w.org_id = o.id
         LEFT JOIN pg_catalog.pg_timezone_names AS z ON z.name = o.time_zone
-        WHERE o.digest_hour IS NOT NULL
+        WHERE o.digest_hour IS NOT NULL AND (p_after IS NULL OR o.id > p_after)
     )
     SELECT l.id, l.local_time::date
     FROM local AS l
@@ -49,7 +52,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_te
       )
       AND NOT EXISTS (
         SELECT 1 FROM public.org_notifications AS n
-        WHERE n.org_id = l.id AND n.dedupe_key = 'home_digest:' || l.local_time::date::text
+        -- to_char, not ::text: the key must not depend on the session's DateStyle.
+        WHERE n.org_id = l.id AND n.dedupe_key = 'home_digest:' || to_char(l.local_time, 'YYYY-MM-DD')
       )
     ORDER BY l.id
     LIMIT greatest(p_limit, 0)
@@ -58,10 +62,9 @@ $$
 
 
 def upgrade() -> None:
-    op.add_column(
-        "organizations",
-        sa.Column("digest_hour", sa.SmallInteger(), nullable=True, server_default=sa.text("8")),
-    )
+    # Existing orgs NULL (the push is theirs to turn on), then 8 for every org created from now on.
+    op.add_column("organizations", sa.Column("digest_hour", sa.SmallInteger(), nullable=True))
+    op.alter_column("organizations", "digest_hour", server_default=sa.text("8"))
     op.create_check_constraint(op.f(_CHECK), "organizations", "digest_hour IS NULL OR digest_hour BETWEEN 0 AND 23")
     for statement in tenancy.owner_lookup_statements("org_webhooks"):
         op.execute(statement)
