@@ -801,7 +801,7 @@ class _Trace:
         prompt, self._prompt = self._prompt, None
         # Retried like every transaction of the run: a database blip between two steps must not
         # fail a run the provider is answering (a retry after a COMMIT that landed but whose
-        # answer was lost would append these entries twice; the usage columns are set, not added).
+        # answer was lost appends nothing: append_trace is idempotent; usage columns are set).
         await _with_db_retries(
             lambda: self._store.append_trace(self._request, entries, steps=steps, usage=usage, cost=cost, prompt=prompt)
         )

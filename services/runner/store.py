@@ -539,11 +539,18 @@ class RunStore:
         cost: int,
         prompt: dict[str, Any] | None = None,
     ) -> None:
-        """``prompt``: the composed prompt (issue 6), written with the first append — no extra transaction."""
+        """``prompt``: the composed prompt (issue 6), written with the first append — no extra transaction.
+
+        Idempotent: an append retried after its COMMIT landed but its answer was lost finds the
+        trace already ending with its last entry and appends nothing (entries carry their step,
+        call id and timestamps, so two different appends never end alike)."""
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             await session.execute(
                 text(
-                    "UPDATE ai_agent_runs SET tool_calls = tool_calls || CAST(:entries AS jsonb),"
+                    "UPDATE ai_agent_runs SET tool_calls = CASE"
+                    " WHEN jsonb_array_length(tool_calls) > 0"
+                    " AND tool_calls -> -1 = CAST(:entries AS jsonb) -> -1 THEN tool_calls"
+                    " ELSE tool_calls || CAST(:entries AS jsonb) END,"
                     # Usage only while the run is active: a row closed as lost keeps what its closing
                     # counted in the ledger (_close_lost), so a late finish counts only the rest.
                     f" steps_count = CASE WHEN status IN ({_ACTIVE_SQL}) THEN :steps ELSE steps_count END,"

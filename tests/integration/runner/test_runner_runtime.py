@@ -211,6 +211,33 @@ def _lose_the_answer_of_the_first_finish(monkeypatch: pytest.MonkeyPatch) -> lis
     return calls
 
 
+async def test_a_trace_append_retried_after_its_commit_landed_writes_each_entry_once(
+    rh: RunnerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append after the first step committed, then its connection dropped before the answer:
+    the runner retries it (a lost connection is transient). Before, the retry appended the step's
+    entries a second time, and the run's trace showed the tool called twice."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script([tool(SEARCH_CONTACTS, {"query": "Ana"}), Reply(text="Encontrei a Ana.")])
+    real_append = RunStore.append_trace
+    appends: list[int] = []
+
+    async def append_then_lose_the_answer(self: RunStore, *args: Any, **kwargs: Any) -> None:
+        await real_append(self, *args, **kwargs)
+        appends.append(len(args[1]))
+        if len(appends) == 1:
+            raise OperationalError("COMMIT", None, ConnectionError("server closed the connection unexpectedly"))
+
+    monkeypatch.setattr(RunStore, "append_trace", append_then_lose_the_answer)
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi, procura a Ana")]))
+    assert row.status == "completed"
+    assert len(appends) >= 2 and appends[0] == appends[1] > 0, "the first append was retried"
+    tool_entries = [e for e in row.tool_calls if e.get("kind") == "tool"]
+    assert len(tool_entries) == 1, f"the tool call is in the trace once: {tool_entries}"
+    model_steps = [e.get("step") for e in row.tool_calls if e.get("kind") == "model"]
+    assert len(model_steps) == len(set(model_steps)) == 2, f"each model step once: {model_steps}"
+
+
 async def test_a_run_that_crashes_between_steps_keeps_what_it_spent_and_its_trace(
     rh: RunnerHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
