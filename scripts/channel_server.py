@@ -22,6 +22,11 @@ Tests drive it in-process::
 
 and people run it as ``python -m scripts.channel_server --port 3000 --api-key KEY``,
 which prints each message as it arrives ("→ customer <chatId>: <text>").
+
+It also stands in for the business's own side of Switchboard's outgoing webhook (``make
+demo`` points the org webhook here): ``POST /hooks/org`` records each signed event —
+handoffs, the morning digest — with its headers and raw body, and ``GET /api/org-events``
+lists them ("→ owner <type>" when printing).
 """
 
 from __future__ import annotations
@@ -89,6 +94,30 @@ class SentText:
         return data
 
 
+@dataclass(frozen=True)
+class OrgEvent:
+    """One POST of Switchboard's org webhook, as received (verify it with the webhook's secret)."""
+
+    headers: dict[str, str]
+    body: bytes
+    received_at: datetime
+
+    @property
+    def document(self) -> dict[str, Any]:
+        parsed = json.loads(self.body)
+        return parsed if isinstance(parsed, dict) else {}
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "headers": self.headers,
+            "body": self.body.decode(),
+            "received_at": self.received_at.isoformat(),
+        }
+
+
+ORG_HOOK_PATH = "/hooks/org"
+
+
 class ChannelServer:
     """Start with ``await start()``; ``url`` is then ``http://host:port``."""
 
@@ -99,12 +128,15 @@ class ChannelServer:
         port: int = 0,
         *,
         on_message: Callable[[SentText], None] | None = None,
+        on_org_event: Callable[[OrgEvent], None] | None = None,
     ) -> None:
         self._api_key = api_key
         self._host = host
         self._port = port
         self._on_message = on_message
+        self._on_org_event = on_org_event
         self.received: list[SentText] = []
+        self.org_events: list[OrgEvent] = []
         self.webhooks: dict[str, SessionWebhook] = {}
         # Callbacks the webhook answered with something else than 2xx, or that failed: (event, status).
         self.callback_failures: list[tuple[str, int]] = []
@@ -122,6 +154,8 @@ class ChannelServer:
         app.router.add_post("/api/sendText", self._send_text)
         app.router.add_get("/api/received", self._list_received)
         app.router.add_put("/api/sessions/{session}", self._configure_session)
+        app.router.add_post(ORG_HOOK_PATH, self._org_event)
+        app.router.add_get("/api/org-events", self._list_org_events)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
@@ -265,14 +299,31 @@ class ChannelServer:
     async def _list_received(self, request: web.Request) -> web.Response:
         return web.json_response([s.as_json() for s in self.received])
 
+    async def _org_event(self, request: web.Request) -> web.Response:
+        event = OrgEvent(dict(request.headers), await request.read(), datetime.now(UTC))
+        self.org_events.append(event)
+        if self._on_org_event is not None:
+            self._on_org_event(event)
+        return web.Response(status=204)
+
+    async def _list_org_events(self, request: web.Request) -> web.Response:
+        return web.json_response([e.as_json() for e in self.org_events])
+
 
 def _print(sent: SentText) -> None:
     suffix = "" if sent.status_returned == 201 else f"  [answered {sent.status_returned}]"
     print(f"→ customer {sent.chat_id}: {sent.text}{suffix}", flush=True)
 
 
+def _print_org_event(event: OrgEvent) -> None:
+    document = event.document
+    data = document.get("data")
+    detail = (data.get("summary") or data.get("reason") or "") if isinstance(data, dict) else ""
+    print(f"→ owner {document.get('type')}: {detail}".rstrip(": "), flush=True)
+
+
 async def _serve(host: str, port: int, api_key: str) -> None:
-    server = await ChannelServer(api_key, host, port, on_message=_print).start()
+    server = await ChannelServer(api_key, host, port, on_message=_print, on_org_event=_print_org_event).start()
     print(f"WAHA-compatible channel server on {server.url} (POST /api/sendText, GET /api/received)", flush=True)
     try:
         await asyncio.Event().wait()

@@ -54,6 +54,7 @@ async def _play(report: Report, topology: processes.Topology, env: dict[str, str
             channel_url=topology.channel_url or "http://127.0.0.1:9",
             channel_api_key=api_key,
             dispatcher_metrics_url=topology.metrics_urls["dispatcher"],
+            owner_webhook=topology.channel_url is not None,
         )
         report.kv("org", org.org_id)
         report.kv("channel session", f"{org.session_name} (working, via a signed session.status webhook)")
@@ -97,6 +98,7 @@ def _next_steps(report: Report, topology: processes.Topology | None) -> None:
             report.kv(f"metrics ({name})", url)
         if topology.channel_url:
             report.kv("what customers got", f"{topology.channel_url}/api/received")
+            report.kv("what the owner's webhook got", f"{topology.channel_url}/api/org-events")
     report.kv("demo org and token", 'var/demo.json  (curl -H "Authorization: Bearer $TOKEN" .../api/v1/runs)')
     report.kv("service logs", f"{RUN_DIR.relative_to(processes.REPO_ROOT)}/logs/")
     report.kv("stop everything", "make down")

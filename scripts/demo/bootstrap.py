@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from scripts.channel_server import signed_headers
+from scripts.channel_server import ORG_HOOK_PATH, signed_headers
 from scripts.demo.processes import REPO_ROOT
 
 WEBHOOK_PATH = "/api/v1/webhooks/waha"
@@ -79,6 +79,8 @@ class DemoOrg:
     webhook_secret: str
     model: ModelChoice
     agents: dict[str, Agent]
+    # The org webhook's signing secret, when it points at the channel server's owner inbox.
+    owner_webhook_secret: str | None = None
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
@@ -241,11 +243,14 @@ async def bootstrap(
     environ: Mapping[str, str] = os.environ,
     channel_callbacks: bool = True,
     dispatcher_metrics_url: str | None = None,
+    owner_webhook: bool = False,
 ) -> DemoOrg:
     """A fresh org with admin, token, a ``working`` channel session and two published agents.
 
     ``channel_callbacks``: the channel server calls our webhook back with echoes and receipts,
     as WAHA does for a session subscribed to ``message.any`` and ``message.ack``.
+    ``owner_webhook``: the org webhook points at the channel server's owner inbox
+    (``/hooks/org``), with the morning push off until the script asks for it.
     ``dispatcher_metrics_url``: return only once the dispatcher's published index holds the two
     agents (its ``switchboard_dispatcher_published_agents`` grew by two). A publication
     reaches the dispatcher through the outbox and Kafka; a message that arrives before it
@@ -279,6 +284,8 @@ async def bootstrap(
     )
     if channel_callbacks:
         await configure_channel_webhooks(client, org, channel_url)
+    if owner_webhook:
+        org.owner_webhook_secret = await connect_owner_inbox(client, org, channel_url)
     await post_webhook(client, org, "session.status", {"status": "WORKING"})
     current = await client.get(f"/api/v1/channel-sessions/{org.channel_session_id}", headers=headers)
     _check(current, "read channel session")
@@ -299,6 +306,16 @@ async def bootstrap(
     if dispatcher_metrics_url:
         await _wait_for_index(client, dispatcher_metrics_url, known_before + len(org.agents))
     return org
+
+
+async def connect_owner_inbox(client: httpx.AsyncClient, org: DemoOrg, channel_url: str) -> str:
+    """The org webhook → the channel server's owner inbox; returns its signing secret. The
+    morning push stays off (``digest_hour`` null) until the script turns it on."""
+    webhook = await client.put("/api/v1/org-webhook", json={"url": channel_url + ORG_HOOK_PATH}, headers=org.headers())
+    _check(webhook, "set the org webhook")
+    quiet = await client.patch("/api/v1/organization", json={"digest_hour": None}, headers=org.headers())
+    _check(quiet, "turn the morning push off for now")
+    return str(webhook.json()["data"]["secret"])
 
 
 PUBLISHED_AGENTS_METRIC = "switchboard_dispatcher_published_agents"

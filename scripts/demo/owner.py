@@ -14,7 +14,9 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from scripts.demo.bootstrap import GENERAL_AGENT, post_webhook
 from scripts.demo.scenario import (
@@ -25,6 +27,7 @@ from scripts.demo.scenario import (
     db_rows,
     received,
     reply_expectations,
+    wait_owner_events,
     wait_replies,
 )
 from switchboard.tool_catalog import SEND_WHATSAPP_MESSAGE
@@ -305,13 +308,48 @@ def _pulse(digest: dict[str, Any], key: str) -> int:
     return value if isinstance(value, int) else 0
 
 
+async def morning_push(stage: Stage, digest: dict[str, Any]) -> dict[str, Any] | None:
+    """The owner is told: the morning push turned on for this very hour, then the ``home.digest``
+    event the notifier sends to the org webhook (the channel server's owner inbox), once, signed."""
+    name = "morning push"
+    stage.report.section("8. the morning push — the digest to the owner's webhook")
+    if stage.org.owner_webhook_secret is None:
+        stage.report.skip(name, "the digest reaches the owner's webhook", "no owner inbox (channel server) in this run")
+        return None
+    org = await _get_data(stage, "/api/v1/organization")
+    hour = datetime.now(ZoneInfo(org["time_zone"])).hour
+    turned_on = await stage.api.patch("/api/v1/organization", json={"digest_hour": hour}, headers=stage.org.headers())
+    stage.report.step(f"PATCH /api/v1/organization digest_hour={hour} (the org's local hour now; default 8)")
+    pushes = await wait_owner_events(stage, "home.digest")
+    event, signed = pushes[0] if pushes else ({}, False)
+    data = event.get("data") or {}
+    if pushes:
+        stage.report.kv("→ owner's webhook", f"home.digest {data.get('date')}: {data.get('summary')}")
+    waiting = len((data.get("digest") or {}).get("todo") or [])
+    stage.report.expect(
+        name,
+        "the day's digest reached the owner's webhook once, signed (home.digest)",
+        turned_on.status_code == 200 and len(pushes) == 1 and signed,
+        f"PATCH {turned_on.status_code}; events: {[e for e, _ in pushes]}",
+    )
+    stage.report.expect(
+        name,
+        "it is today's digest, with what waits for the owner",
+        data.get("date") == digest.get("date") and waiting >= len(digest.get("todo") or []),
+        f"pushed {data.get('date')} with {waiting} to-do items; Home showed {digest.get('date')}",
+    )
+    return data
+
+
 async def play(stage: Stage) -> list[ScenarioResult]:
-    """The whole script: the customer scenarios, the owner's steps (in the catalog customer's chat), the digest."""
+    """The whole script: the customer scenarios, the owner's steps (in the catalog customer's chat), the
+    digest, and the morning push that tells the owner."""
     results = [await scenario(stage) for scenario in SCENARIOS]
     proposal = await propose_and_approve(stage)
     results.append(proposal)
     conversation = str(proposal.runs[0]["conversation_id"]) if proposal.runs else None
     todo = await slash_todo(stage, proposal.chat_id, conversation)
     runs = [run for r in results for run in r.runs]
-    await home_digest(stage, len(runs), sum(run["status"] == "handoff" for run in runs), todo.details["item"])
+    digest = await home_digest(stage, len(runs), sum(run["status"] == "handoff" for run in runs), todo.details["item"])
+    await morning_push(stage, digest)
     return [*results, todo]

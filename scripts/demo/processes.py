@@ -315,6 +315,9 @@ def start_topology(
         env = dict(extra.get(service, {}))
         if service == "runner":
             env.setdefault("RUNNER_MCP_URL", mcp_url)
+        if service == "notifier":
+            # The script turns the morning push on and waits for it: look every 2 s, not 60.
+            env.setdefault("NOTIFIER_DIGEST_INTERVAL_S", "2")
         group.start_service(service, port[service], env)
     if not mounted:
         group.wait_healthy("mcp", timeout_s, ok_statuses=(200, 401, 405, 406))

@@ -15,7 +15,10 @@ is watched for ``settle_s`` more.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import itertools
+import json
 import random
 import time
 import uuid
@@ -140,6 +143,38 @@ async def received(stage: Stage, chat_id: str) -> list[dict[str, Any]]:
     response = await stage.channel.get("/api/received")
     response.raise_for_status()
     return [row for row in _received_rows(response.json()) if _chat(row) == chat_id and _delivered(row)]
+
+
+def signed_by(secret: str, headers: dict[str, str], body: bytes) -> bool:
+    """What the owner's receiver checks: HMAC-SHA256 of "<X-Switchboard-Timestamp>.<body>"."""
+    timestamp = headers.get("X-Switchboard-Timestamp", "")
+    expected = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(headers.get("X-Switchboard-Signature", ""), f"sha256={expected}")
+
+
+async def owner_events(stage: Stage, event_type: str) -> list[tuple[dict[str, Any], bool]]:
+    """The org webhook's events of ``event_type`` the channel server's owner inbox received:
+    (document, signed with the org webhook's secret)."""
+    if stage.channel is None or stage.org.owner_webhook_secret is None:
+        return []
+    response = await stage.channel.get("/api/org-events")
+    response.raise_for_status()
+    found: list[tuple[dict[str, Any], bool]] = []
+    for row in response.json():
+        body = str(row.get("body", "")).encode()
+        document = json.loads(body)
+        if isinstance(document, dict) and document.get("type") == event_type:
+            found.append((document, signed_by(stage.org.owner_webhook_secret, row.get("headers") or {}, body)))
+    return found
+
+
+async def wait_owner_events(stage: Stage, event_type: str, count: int = 1) -> list[tuple[dict[str, Any], bool]]:
+    """Until ``count`` events of ``event_type`` arrived (or the deadline), then ``settle_s`` more for extras."""
+    deadline = time.monotonic() + stage.timeout_s
+    while len(await owner_events(stage, event_type)) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.3)
+    await asyncio.sleep(stage.settle_s)
+    return await owner_events(stage, event_type)
 
 
 def _delivered(row: dict[str, Any]) -> bool:
@@ -327,6 +362,20 @@ async def handoff(stage: Stage) -> ScenarioResult:
         stage.channel is not None and not replies,
         "no channel server running" if stage.channel is None else f"received {replies!r}",
     )
+    if stage.org.owner_webhook_secret is not None:
+        ours = [
+            (event, signed)
+            for event, signed in await wait_owner_events(stage, "conversation.handoff")
+            if run is not None and (event.get("data") or {}).get("run_id") == run["id"]
+        ]
+        for event, _ in ours:
+            stage.report.step(f"→ owner's webhook: conversation.handoff — {(event.get('data') or {}).get('reason')}")
+        stage.report.expect(
+            name,
+            "the owner's webhook heard of it once, signed (conversation.handoff)",
+            len(ours) == 1 and ours[0][1],
+            f"events for this run: {ours}",
+        )
     return ScenarioResult(name, chat, messages, runs, replies, conversation)
 
 

@@ -105,5 +105,6 @@ async def stage(
             label="E2E",
             environ={},
             dispatcher_metrics_url=topology.metrics_urls["dispatcher"],
+            owner_webhook=True,
         )
         yield Stage(api, channel, org, Report(), e2e_database, timeout_s=30, settle_s=1.5)

@@ -14,7 +14,7 @@ from datetime import datetime
 
 import pytest
 
-from scripts.demo.owner import home_digest, propose_and_approve, slash_todo, todo_items
+from scripts.demo.owner import home_digest, morning_push, propose_and_approve, slash_todo, todo_items
 from scripts.demo.report import Outcome
 from scripts.demo.scenario import (
     HISTORY_TOOL,
@@ -133,6 +133,17 @@ async def test_the_home_digest_counts_every_run_and_handoff_and_lists_the_todo(s
     if any(e.scenario == "/todo" for e in stage.report.expectations):  # the /todo test ran before
         assert any(i["source"] == "slash_command" for i in todo_items(digest, "todo"))
     _expectations_held(stage, "home digest")
+
+
+async def test_the_morning_push_tells_the_owners_webhook_once_signed(stage: Stage) -> None:
+    """The notifier process sends the day's digest to the org webhook once its hour comes (the
+    script sets the hour to now); the channel server's owner inbox records it."""
+    digest = await home_digest(stage, 0, 0)
+    data = await morning_push(stage, digest)
+    assert data is not None and data["date"] == digest["date"]
+    assert data["digest"]["sections"] == digest["sections"]
+    assert data["summary"].endswith("for you.")
+    _expectations_held(stage, "morning push")
 
 
 async def test_the_channels_echo_and_receipts_leave_one_reply_marked_read(stage: Stage) -> None:
