@@ -1,5 +1,6 @@
 """``/api/v1/contacts``: list and search the org's customers, read one, correct its name, phone or
-e-mail. Everything needs ``manager`` (customers' personal data); another org's contact is 404."""
+e-mail, erase one. Reading and correcting need ``manager`` (customers' personal data), erasing
+``admin`` with MFA (it cannot be undone); another org's contact is 404."""
 
 from __future__ import annotations
 
@@ -8,16 +9,16 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from services.api.contacts import service
+from services.api.contacts import erasure, service
 from services.api.contacts.schemas import ContactView, UpdateContact
-from services.api.core.auth import Manager
-from services.api.core.errors import Forbidden, NotFound, Unauthorized, ValidationFailed, error_responses
+from services.api.core.auth import AdminWrite, Manager
+from services.api.core.errors import Conflict, Forbidden, NotFound, Unauthorized, ValidationFailed, error_responses
 from services.api.core.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor
 from services.api.core.responses import Envelope, Page
 
 router = APIRouter(prefix="/api/v1", tags=["contacts"])
 
-_ERRORS = error_responses(Unauthorized, Forbidden, NotFound, ValidationFailed)
+_ERRORS = error_responses(Unauthorized, Forbidden, NotFound, ValidationFailed, Conflict)
 
 
 @router.get("/contacts", response_model=Page[ContactView], responses=_ERRORS)
@@ -51,6 +52,22 @@ async def update_contact(contact_id: uuid.UUID, body: UpdateContact, ctx: Manage
     row = await ctx.session.run_sync(
         lambda s: service.update_contact(
             s, ctx.org_id, contact_id, changes, actor_user_id=ctx.principal.user_id, request_id=ctx.request_id
+        )
+    )
+    return Envelope(data=ContactView.model_validate(row, from_attributes=True))
+
+
+@router.post(
+    "/contacts/{contact_id}:erase",
+    response_model=Envelope[ContactView],
+    responses=error_responses(Unauthorized, Forbidden, NotFound, erasure.ContactHasActiveRun),
+)
+async def erase_contact(contact_id: uuid.UUID, ctx: AdminWrite) -> Envelope[ContactView]:
+    """Erase the customer's personal data everywhere (docs/api.md "Erasing a contact"); cannot be
+    undone. `409 contact_has_active_run` while a run of theirs is active; erasing again is a no-op."""
+    row = await ctx.session.run_sync(
+        lambda s: erasure.erase_contact(
+            s, ctx.org_id, contact_id, actor_user_id=ctx.principal.user_id, request_id=ctx.request_id
         )
     )
     return Envelope(data=ContactView.model_validate(row, from_attributes=True))

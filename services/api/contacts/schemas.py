@@ -27,6 +27,7 @@ class ContactSummary(BaseModel):
 class ContactView(ContactSummary):
     external_id: str = Field(description="The channel's id of the person (WhatsApp: `5511999999999@c.us`)")
     email: str | None
+    erased_at: datetime | None = Field(description="When the contact's personal data was erased; null: never")
     created_at: datetime
     updated_at: datetime
 

@@ -17,12 +17,17 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from services.api.core.errors import NotFound
+from services.api.core.errors import Conflict, NotFound
 from services.api.core.pagination import older_than
 from switchboard.db.audit import record_audit
 from switchboard.db.models.channels import Contact
 
 Cursor = tuple[datetime, uuid.UUID] | None
+
+
+class ContactErased(Conflict):
+    code = "contact_erased"
+    default_message = "This contact was erased: its personal data cannot be written back"
 
 
 def _escape_like(text: str) -> str:
@@ -77,6 +82,8 @@ def update_contact(
 ) -> Contact:
     """Apply the fields that were sent (``null`` clears); audit ``contact.updated`` with their names."""
     row = get_contact(session, org_id, contact_id, for_update=True)
+    if row.erased_at is not None and any(value is not None for value in changes.values()):
+        raise ContactErased()
     changed = sorted(name for name, value in changes.items() if getattr(row, name) != value)
     for name in changed:
         setattr(row, name, changes[name])

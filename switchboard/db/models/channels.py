@@ -109,6 +109,8 @@ class Contact(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     phone_number: Mapped[str | None]
     email: Mapped[str | None]
     attributes: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))
+    # Set when the contact's personal data was erased (revision 0034): the row stays for the runs.
+    erased_at: Mapped[datetime | None]
 
 
 class Conversation(UUIDPrimaryKey, OrgScoped, Timestamps, Base):

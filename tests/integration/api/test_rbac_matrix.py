@@ -78,6 +78,7 @@ POLICY: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/contacts"): "manager",
     ("GET", "/api/v1/contacts/{contact_id}"): "manager",
     ("PATCH", "/api/v1/contacts/{contact_id}"): "manager",
+    ("POST", "/api/v1/contacts/{contact_id}:erase"): "admin_mfa",
     ("POST", "/api/v1/conversations/{conversation_id}:wake"): "manager",
     ("GET", "/api/v1/org-webhook"): "manager",
     ("PUT", "/api/v1/org-webhook"): "admin_mfa",
