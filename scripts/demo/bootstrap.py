@@ -311,10 +311,12 @@ async def bootstrap(
 async def connect_owner_inbox(client: httpx.AsyncClient, org: DemoOrg, channel_url: str) -> str:
     """The org webhook → the channel server's owner inbox; returns its signing secret. The
     morning push stays off (``digest_hour`` null) until the script turns it on."""
-    webhook = await client.put("/api/v1/org-webhook", json={"url": channel_url + ORG_HOOK_PATH}, headers=org.headers())
-    _check(webhook, "set the org webhook")
+    # Off first: a new org's push is due from 08:00, and a pass between the two calls would
+    # push today's digest before the script played anything.
     quiet = await client.patch("/api/v1/organization", json={"digest_hour": None}, headers=org.headers())
     _check(quiet, "turn the morning push off for now")
+    webhook = await client.put("/api/v1/org-webhook", json={"url": channel_url + ORG_HOOK_PATH}, headers=org.headers())
+    _check(webhook, "set the org webhook")
     return str(webhook.json()["data"]["secret"])
 
 

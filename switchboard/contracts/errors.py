@@ -28,6 +28,8 @@ class ContractErrorCode(StrEnum):
     UNKNOWN_SCHEMA = "unknown_schema"
     # The schema registry could not be reached or answered with a server error.
     REGISTRY_UNAVAILABLE = "registry_unavailable"
+    # The schema registry refused our credentials (401/403): a setting to fix, not a bad record.
+    REGISTRY_UNAUTHORIZED = "registry_unauthorized"
     # The schema registry answered with an unexpected client error.
     REGISTRY_ERROR = "registry_error"
 
@@ -36,7 +38,9 @@ class ContractError(Exception):
     """A record could not cross the contract boundary; ``code`` says why, stably.
 
     ``retryable`` is true only for failures that may pass later without any change to the
-    record (the registry being down); everything else is permanent for that record.
+    record (the registry down or refusing our credentials: a consumer waits for it rather than
+    dead-letter live traffic while a rotated key is fixed); everything else is permanent for
+    that record.
     """
 
     def __init__(self, code: ContractErrorCode, message: str) -> None:
@@ -46,4 +50,4 @@ class ContractError(Exception):
 
     @property
     def retryable(self) -> bool:
-        return self.code is ContractErrorCode.REGISTRY_UNAVAILABLE
+        return self.code in (ContractErrorCode.REGISTRY_UNAVAILABLE, ContractErrorCode.REGISTRY_UNAUTHORIZED)

@@ -254,9 +254,11 @@ class ConfluentRegistryClient:
                 ContractErrorCode.REGISTRY_UNAVAILABLE,
                 f"{method} {path}: HTTP {response.status_code} {_error_message(response)}",
             )
+        if response.status_code == 429:
+            raise ContractError(ContractErrorCode.REGISTRY_UNAVAILABLE, f"{method} {path}: HTTP 429 (rate limited)")
         if response.status_code in (401, 403):
             raise ContractError(
-                ContractErrorCode.REGISTRY_ERROR,
+                ContractErrorCode.REGISTRY_UNAUTHORIZED,
                 f"{method} {path}: HTTP {response.status_code}: the registry refused our credentials "
                 "(KAFKA_SCHEMA_REGISTRY_USERNAME, KAFKA_SCHEMA_REGISTRY_PASSWORD)",
             )

@@ -408,8 +408,12 @@ class RecordConsumer:
                 break
             except ContractError as exc:
                 if exc.retryable:
-                    # The schema registry is unreachable; the record is fine. Wait, do not dead-letter.
-                    log.warning("schema registry unavailable", extra={**where, "attempt": decode_attempt})
+                    # The schema registry is unreachable or refuses our credentials; the record is
+                    # fine. Wait, do not dead-letter.
+                    log.warning(
+                        "schema registry unavailable",
+                        extra={**where, "attempt": decode_attempt, "error_code": str(exc.code)},
+                    )
                     await self._sleep_or_stop(self._policy.backoff(min(decode_attempt, 8)))
                     continue
                 log.warning("undecodable record", extra={**where, "error_code": str(exc.code)})

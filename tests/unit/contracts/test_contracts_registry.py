@@ -169,7 +169,9 @@ def test_confluent_lookup_only_mode(fake: FakeRegistry, make_client: Callable[..
         (503, ContractErrorCode.REGISTRY_UNAVAILABLE),
         (409, ContractErrorCode.SCHEMA_MISMATCH),
         (422, ContractErrorCode.REGISTRY_ERROR),
-        (401, ContractErrorCode.REGISTRY_ERROR),
+        (401, ContractErrorCode.REGISTRY_UNAUTHORIZED),
+        (403, ContractErrorCode.REGISTRY_UNAUTHORIZED),
+        (429, ContractErrorCode.REGISTRY_UNAVAILABLE),
     ],
 )
 def test_confluent_http_errors_have_codes(
@@ -180,7 +182,7 @@ def test_confluent_http_errors_have_codes(
     with pytest.raises(ContractError) as caught:
         make_client().id_for(topic.subject, topic.load_schema())
     assert caught.value.code is code
-    assert caught.value.retryable is (code is ContractErrorCode.REGISTRY_UNAVAILABLE)
+    assert caught.value.retryable is (code in (ContractErrorCode.REGISTRY_UNAVAILABLE, ContractErrorCode.REGISTRY_UNAUTHORIZED))
 
 
 def test_confluent_unknown_id_and_unreachable_registry(make_client: Callable[..., ConfluentRegistryClient]) -> None:
@@ -245,7 +247,8 @@ def test_the_registry_is_reached_with_the_configured_basic_auth_and_a_refusal_na
         wrong = good.model_copy(update={"schema_registry_password": SecretStr("stale-secret")})
         with pytest.raises(ContractError) as refused:
             registry_from_settings(wrong).id_for("run_started-value", schema)
-        assert refused.value.code is ContractErrorCode.REGISTRY_ERROR
+        assert refused.value.code is ContractErrorCode.REGISTRY_UNAUTHORIZED
+        assert refused.value.retryable, "a consumer waits for fixed credentials, it never dead-letters for them"
         assert "KAFKA_SCHEMA_REGISTRY_PASSWORD" in refused.value.message
         assert "stale-secret" not in refused.value.message
     finally:
