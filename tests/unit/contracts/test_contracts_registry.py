@@ -182,7 +182,8 @@ def test_confluent_http_errors_have_codes(
     with pytest.raises(ContractError) as caught:
         make_client().id_for(topic.subject, topic.load_schema())
     assert caught.value.code is code
-    assert caught.value.retryable is (code in (ContractErrorCode.REGISTRY_UNAVAILABLE, ContractErrorCode.REGISTRY_UNAUTHORIZED))
+    waits = (ContractErrorCode.REGISTRY_UNAVAILABLE, ContractErrorCode.REGISTRY_UNAUTHORIZED)
+    assert caught.value.retryable is (code in waits)
 
 
 def test_confluent_unknown_id_and_unreachable_registry(make_client: Callable[..., ConfluentRegistryClient]) -> None:
