@@ -112,18 +112,18 @@ class DeadLetterSink(Protocol):
 
 class _JoinWatch(ConsumerRebalanceListener):  # type: ignore[misc]
     """Sets ``joined`` once the group gave this member its share (possibly none): only then ready;
-    a revoked partition's lag series goes (``lag.py``)."""
+    the lag series of partitions it no longer owns go (``lag.py``)."""
 
     def __init__(self, lag: LagGauge | None = None) -> None:
         self.joined = asyncio.Event()
         self._lag = lag
 
     async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
-        if self._lag is not None:
-            self._lag.forget(revoked)
+        del revoked
 
     async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
-        del assigned
+        if self._lag is not None:
+            self._lag.assigned(assigned)
         self.joined.set()
 
 

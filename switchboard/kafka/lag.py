@@ -5,8 +5,9 @@ and refreshed every ``refresh_s`` for every assigned partition (``maybe_refresh`
 ListOffsets request), because a batch report alone froze the gauge exactly when it matters —
 a consumer paused by back-pressure fetches nothing, so its lag stayed at the last small value
 while the partition's end ran away, and a partition with no traffic since the start had no
-series at all. A partition the group takes away has its series removed (``forget``), or it
-would show its last value forever from a member that no longer reads it.
+series at all. When a rebalance ends, a partition that went to another member has its series
+removed (``assigned``), or it would show its last value forever from a member that no longer
+reads it; the ones kept are not dropped in between (eager rebalances revoke everything first).
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ class LagGauge:
         self._reported: set[TopicPartition] = set()
 
     def report(self, consumer: AIOKafkaConsumer, tp: TopicPartition, next_offset: int | None) -> None:
-        """After a batch: its next offset against the high watermark the fetch brought."""
+        """After a batch: its next offset against the high watermark the fetch brought (not for a
+        partition a rebalance took away meanwhile: its series would outlive it)."""
+        if tp not in consumer.assignment():
+            return
         highwater = consumer.highwater(tp)
         if highwater is not None and next_offset is not None:
             self._set(tp, highwater - next_offset)
@@ -62,8 +66,15 @@ class LagGauge:
         except Exception as exc:  # a broker away or a rebalance mid-way: the next turn tries again
             log.debug("consumer lag not refreshed", extra={"service": self._service, "error": type(exc).__name__})
 
+    def assigned(self, assignment: Iterable[TopicPartition]) -> None:
+        """A rebalance ended with ``assignment``: the series of partitions outside it go (their new
+        owner reports them), the kept ones stay (no dip in the autoscaling signal), and the next
+        turn refreshes them all."""
+        self.forget(self._reported - set(assignment))
+        self._next_refresh = 0.0
+
     def forget(self, revoked: Iterable[TopicPartition]) -> None:
-        """The group took these partitions away: their series go (another member reports them)."""
+        """These partitions are no longer ours: their series go (another member reports them)."""
         for tp in revoked:
             if tp in self._reported:
                 self._reported.discard(tp)
