@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from services.api.agents.endpoints import router as agents_router
+from services.api.agents.skills import router as skills_router
 from services.api.analysis.endpoints import router as insights_router
 from services.api.analysis.scheduler import AnalysisScheduler
 from services.api.audit.endpoints import router as audit_router
@@ -160,6 +161,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         catalog_router,
         credentials_router,
         agents_router,
+        skills_router,
         runs_router,
         channels_router,
         audit_router,

@@ -23,7 +23,6 @@ from services.api.agents.schemas import (
     VersionPatch,
     VersionView,
 )
-from services.api.agents.skills import router as skills_router
 from services.api.core.auth import AdminWrite, Manager
 from services.api.core.errors import (
     Conflict,
@@ -252,7 +251,3 @@ async def patch_version(
     )
     return Envelope(data=view)
 
-
-# --------------------------------------------------------------------------- skills (services/api/agents/skills.py)
-
-router.include_router(skills_router)

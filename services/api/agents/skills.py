@@ -35,7 +35,9 @@ from switchboard.db.models.slash import AgentSkill
 SKILL_NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9_.\-]{0,63}$"
 MAX_SKILL_BODY_CHARS: Final = 20_000  # the table's CHECK constraint
 
-router = APIRouter(tags=["agents"])
+# Its own prefix, included by the app itself: a router nested without one shows its routes'
+# templates without ``/api/v1`` to the request metrics (``scope["route"].path``).
+router = APIRouter(prefix="/api/v1", tags=["agents"])
 
 SkillName = Annotated[
     str,

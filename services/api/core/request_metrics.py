@@ -4,8 +4,9 @@
 ``switchboard_api_request_duration_seconds{method, route}``: ``route`` is the matched route's
 template (``/api/v1/agents/{agent_id}``), never the raw path — ids in a label would make a
 series per resource — and ``unmatched`` for a path no route knows (probes of scanners among
-them). The duration runs from the request's arrival to the last byte of its answer, so a
-stream (the live run feed) counts for as long as it stays open.
+them), ``<mount>/*`` for a mounted app that answered before its routing. The duration runs
+from the request's arrival to the last byte of its answer, so a stream (the live run feed)
+counts for as long as it stays open.
 
 A plain ASGI layer installed outside Starlette's error middleware (``outermost.py``), so the
 catch-all 500 is counted as what the caller received. Label children are cached: a
@@ -37,11 +38,18 @@ DURATION = Histogram(
 )
 
 
-def route_template(scope: Scope) -> str:
-    """The template of the route that answered, or ``unmatched``."""
-    route = scope.get("route")
-    path = getattr(route, "path", None)
-    return path if isinstance(path, str) and path else UNMATCHED
+def route_template(scope: Scope, entry_root_path: str = "") -> str:
+    """The template of the route that answered, or ``unmatched``.
+
+    Inside a mounted app (the MCP server at ``/internal``) the route's path is the app's own
+    (``/mcp``): the mount's prefix, what ``root_path`` grew by, goes in front. A mounted app
+    that answered before its routing (the run-token guard's 401) is ``<prefix>/*``."""
+    root_path = str(scope.get("root_path", ""))
+    mounted = root_path[len(entry_root_path) :] if root_path.startswith(entry_root_path) else ""
+    path = getattr(scope.get("route"), "path", None)
+    if isinstance(path, str) and path:
+        return mounted + path
+    return f"{mounted}/*" if mounted else UNMATCHED
 
 
 class RequestMetricsMiddleware:
@@ -55,6 +63,7 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
+        entry_root_path = str(scope.get("root_path", ""))
         status = 500  # what the server answers when the app raises before starting a response
 
         async def send_and_watch(message: Message) -> None:
@@ -67,7 +76,7 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, send_and_watch)
         finally:
             method = scope["method"] if scope["method"] in METHODS else OTHER
-            self._observe(method, route_template(scope), status, time.perf_counter() - started)
+            self._observe(method, route_template(scope, entry_root_path), status, time.perf_counter() - started)
 
     def _observe(self, method: str, route: str, status: int, elapsed_s: float) -> None:
         counter = self._counters.get((method, route, status))

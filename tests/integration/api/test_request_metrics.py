@@ -58,6 +58,14 @@ async def test_requests_are_counted_and_timed_per_route_template_never_per_id(
     other = _count("OTHER", "unmatched", 404) + _count("OTHER", "unmatched", 405)
     assert other - before_other == 1, "an unknown method is one series, not one per word"
 
+    # A router of its own (skills) and the mounted MCP server: full templates, the mount's prefix in front.
+    before_skill = _count("GET", "/api/v1/skills/{name}", 404)
+    before_guard = _count("POST", "/internal/*", 401)
+    assert (await client.get("/api/v1/skills/no-such-skill", headers=org.headers(Role.MANAGER))).status_code == 404
+    assert (await client.post("/internal/mcp", json={})).status_code == 401  # the run-token guard, before routing
+    assert _count("GET", "/api/v1/skills/{name}", 404) - before_skill == 1
+    assert _count("POST", "/internal/*", 401) - before_guard == 1
+
     exposed = (await client.get("/metrics")).text
     assert 'route="/api/v1/agents/{agent_id}"' in exposed
     assert str(missing) not in exposed, "no resource id in a label"
