@@ -35,6 +35,7 @@ from services.api.home.endpoints import router as home_router
 from services.api.identity.endpoints import router as identity_router
 from services.api.mcp.server import MCP_MOUNT, McpToolServer
 from services.api.members.endpoints import router as members_router
+from services.api.memory.endpoints import router as memory_router
 from services.api.org_webhooks.endpoints import router as org_webhooks_router
 from services.api.organization.endpoints import router as organization_router
 from services.api.runs.endpoints import router as runs_router
@@ -170,6 +171,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         budgets_router,
         conversations_router,
         contacts_router,
+        memory_router,
         followups_router,
         org_webhooks_router,
         organization_router,

@@ -12,7 +12,6 @@ existing row instead of adding a duplicate. A dry run saves nothing and says so.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Literal
 
 from sqlalchemy import func, select
@@ -21,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from services.api.mcp.tools import ToolFailure
 from switchboard.db.models import Conversation
-from switchboard.db.models.memory import MAX_FACT_CHARS, FactScope, FactSource, MemoryFact
+from switchboard.db.models.memory import MAX_FACT_CHARS, FactScope, FactSource, MemoryFact, normalized_fact
 from switchboard.db.session import async_tenant_transaction
 from switchboard.run_tokens import RunTokenClaims
 
@@ -30,12 +29,12 @@ FactScopeName = Literal["contact", "org"]
 
 def normalize_fact(fact: str) -> tuple[str, str]:
     """The fact as stored (single spaces) and its dedupe key (md5 of the case-folded text)."""
-    text = " ".join(fact.split())
+    text, key = normalized_fact(fact)
     if not text:
         raise ToolFailure("fact must not be empty")
     if len(text) > MAX_FACT_CHARS:
         raise ToolFailure(f"fact must be at most {MAX_FACT_CHARS} characters: keep one short fact per call")
-    return text, hashlib.md5(text.casefold().encode(), usedforsecurity=False).hexdigest()
+    return text, key
 
 
 async def save_fact(

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from datetime import datetime
 from enum import StrEnum
@@ -27,6 +28,14 @@ from switchboard.db.enums import LlmProvider
 # customers write Portuguese, Italian, English... and one language's stemmer would mangle the others.
 FACT_TS_CONFIG = "simple"
 MAX_FACT_CHARS = 500
+
+
+def normalized_fact(fact: str) -> tuple[str, str]:
+    """A fact as stored (single spaces) and its dedupe key (md5 of the case-folded text): the one
+    rule of every writer (the agents' tool, the owner through the API), so the same fact said
+    twice is one row. Empty or too long is the caller's error to raise."""
+    text = " ".join(fact.split())
+    return text, hashlib.md5(text.casefold().encode(), usedforsecurity=False).hexdigest()
 
 
 class FactScope(StrEnum):

@@ -1,0 +1,105 @@
+"""Reading, teaching and forgetting long-term facts (docs/memory.md "Long-term facts").
+
+Agents save facts with their ``memory_save_fact`` tool and read them back by relevance; until
+now nobody else could see them. The people who answer for what the agents say need to: to
+check what is remembered about a customer, to correct it by deleting a wrong fact, and to
+teach the business's own facts ("we close on Sundays") once instead of in every prompt.
+Sync functions over the request's org-scoped session; they never commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from services.api.contacts.service import get_contact
+from services.api.core.errors import NotFound
+from services.api.core.pagination import older_than
+from switchboard.db.audit import record_audit
+from switchboard.db.models.memory import FactScope, FactSource, MemoryFact, normalized_fact
+
+Cursor = tuple[datetime, uuid.UUID] | None
+
+
+def list_facts(
+    session: Session,
+    org_id: uuid.UUID,
+    *,
+    contact_id: uuid.UUID | None,
+    scope: FactScope | None,
+    limit: int,
+    before: Cursor,
+) -> list[MemoryFact]:
+    """Newest first (by the last time a fact was saved), optionally one contact's or one scope's."""
+    statement = select(MemoryFact).where(MemoryFact.org_id == org_id)
+    if contact_id is not None:
+        statement = statement.where(MemoryFact.contact_id == contact_id)
+    if scope is not None:
+        statement = statement.where(MemoryFact.scope == scope.value)
+    if before is not None:
+        statement = statement.where(older_than(MemoryFact.updated_at, MemoryFact.id, before))
+    return list(session.scalars(statement.order_by(MemoryFact.updated_at.desc(), MemoryFact.id.desc()).limit(limit)))
+
+
+def teach_fact(
+    session: Session,
+    org_id: uuid.UUID,
+    fact: str,
+    contact_id: uuid.UUID | None,
+    *,
+    actor_user_id: uuid.UUID | None,
+    request_id: str,
+) -> MemoryFact:
+    """Save a fact as a person (``source = api``); the same fact again is the same row, refreshed."""
+    if contact_id is not None:
+        get_contact(session, org_id, contact_id)  # 404 for another org's or an unknown contact
+    text, key = normalized_fact(fact)
+    scope = FactScope.CONTACT if contact_id is not None else FactScope.ORG
+    statement = insert(MemoryFact).values(
+        org_id=org_id, scope=scope.value, contact_id=contact_id, fact=text, fact_key=key, source=FactSource.API.value
+    )
+    fact_id = session.scalar(
+        statement.on_conflict_do_update(
+            constraint="uq_memory_facts_org_id_contact_id_fact_key", set_={"updated_at": func.now()}
+        ).returning(MemoryFact.id)
+    )
+    record_audit(
+        session,
+        org_id=org_id,
+        action="memory_fact.saved",
+        actor_user_id=actor_user_id,
+        target_type="memory_fact",
+        target_id=fact_id,
+        # The scope and contact, never the text: a fact about a customer is personal data.
+        details={"scope": scope.value, "contact_id": None if contact_id is None else str(contact_id)},
+        request_id=request_id,
+    )
+    session.flush()
+    return session.get_one(MemoryFact, fact_id, populate_existing=True)
+
+
+def forget_fact(
+    session: Session, org_id: uuid.UUID, fact_id: uuid.UUID, *, actor_user_id: uuid.UUID | None, request_id: str
+) -> None:
+    """Delete a fact: the agents stop reading it at their next run."""
+    row = session.scalars(
+        select(MemoryFact).where(MemoryFact.org_id == org_id, MemoryFact.id == fact_id).with_for_update()
+    ).one_or_none()
+    if row is None:
+        raise NotFound("No such fact")
+    record_audit(
+        session,
+        org_id=org_id,
+        action="memory_fact.deleted",
+        actor_user_id=actor_user_id,
+        target_type="memory_fact",
+        target_id=fact_id,
+        details={"scope": row.scope, "source": row.source},
+        request_id=request_id,
+    )
+    session.delete(row)
+    session.flush()
