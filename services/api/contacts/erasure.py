@@ -11,17 +11,20 @@ direction and time, a decision its type and outcome. The contact row stays, ``er
 its ids replaced by ``erased:<id>``: the same number writing again is a new contact with a new
 conversation, and nothing links the two.
 
-One transaction; the contact and its conversations are locked first (the lock every writer of
-a conversation takes), and a contact with a run still active — queued, running, waiting for an
-approval — is refused (``409 contact_has_active_run``): that run would write its trace back
-after the erasure. What the system of record cannot reach is said in the docs: records still
-on Kafka topics age out with their retention.
+One transaction; the conversations, then the contact, are locked first (the order of every
+other writer), and a contact with a run still active — running, waiting for an approval — is
+refused (``409 contact_has_active_run``): that run would write its trace back after the
+erasure. Writers already under way can still write after the commit (a run requested but not
+claimed yet, a reply being delivered); every call runs every step again, so erasing again
+removes it. What the system of record cannot reach is said in the docs: records on Kafka
+topics and the outbox's published rows age out with their retention.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlalchemy import text
@@ -37,7 +40,7 @@ ERASED: Final = "[erased]"
 TEXT_KEYS: Final = frozenset({"title", "body", "text", "summary", "reason", "final_text", "detail", "rationale"})
 # Keys whose whole value is (the person's) content: a tool's arguments, a proposed message.
 CONTENT_KEYS: Final = frozenset({"arguments", "proposed_action", "suggested_actions", "result"})
-ACTIVE_RUN_STATUSES: Final = ("pending", "running", "awaiting_approval")
+ACTIVE_RUN_STATUSES: Final = ("pending", "running", "awaiting_approval")  # a row the runner holds
 
 
 class ContactHasActiveRun(Conflict):
@@ -50,8 +53,11 @@ class ContactHasActiveRun(Conflict):
 _REDACTIONS: Final[tuple[tuple[str, str], ...]] = (
     (
         "messages",
+        # A dedupe key made of the channel's message id holds the number: hashed (still unique);
+        # ours (``reply:<run id>``) stay, so a redelivered run_completed still finds its reply.
         "UPDATE messages SET body = :erased, attributes = '{}'::jsonb, external_id = NULL,"
-        " dedupe_key = 'erased:' || id::text, delivery_error = NULL"
+        " dedupe_key = CASE WHEN dedupe_key LIKE '%@%' THEN 'erased:' || md5(dedupe_key) ELSE dedupe_key END,"
+        " delivery_error = NULL"
         " WHERE org_id = :org AND conversation_id = ANY(:conversations)",
     ),
     (
@@ -69,14 +75,17 @@ _REDACTIONS: Final[tuple[tuple[str, str], ...]] = (
     ),
     (
         "agent_decisions",
+        # A proposal still waiting is rejected: approving one would act on an erased message.
         "UPDATE agent_decisions SET proposed_action = jsonb_build_object('erased', true), rationale = NULL,"
-        " execution_result = CASE WHEN execution_result IS NULL THEN NULL ELSE '{}'::jsonb END"
+        " execution_result = CASE WHEN execution_result IS NULL THEN NULL ELSE '{}'::jsonb END,"
+        " status = CASE WHEN status = 'proposed' THEN 'rejected' ELSE status END,"
+        " decided_at = CASE WHEN status = 'proposed' THEN now() ELSE decided_at END"
         " WHERE org_id = :org AND run_id = ANY(:runs)",
     ),
     (
         "workspace_insights",
         "UPDATE workspace_insights SET title = :erased, body = :erased, suggested_actions = '[]'::jsonb"
-        " WHERE org_id = :org AND run_id = ANY(:runs)",
+        " WHERE org_id = :org AND dedupe_key = ANY(:insight_keys)",
     ),
     (
         "workspace_todos",
@@ -84,7 +93,10 @@ _REDACTIONS: Final[tuple[tuple[str, str], ...]] = (
     ),
     (
         "scheduled_followups",
-        "UPDATE scheduled_followups SET reason = :erased, context = '{}'::jsonb, error = NULL"
+        # Still scheduled: cancelled (it would wake an agent on an erased conversation).
+        "UPDATE scheduled_followups SET reason = :erased, context = '{}'::jsonb, error = NULL,"
+        " status = CASE WHEN status = 'scheduled' THEN 'cancelled' ELSE status END,"
+        " cancelled_at = CASE WHEN status = 'scheduled' THEN now() ELSE cancelled_at END"
         " WHERE org_id = :org AND (contact_id = :contact OR conversation_id = ANY(:conversations))",
     ),
     (
@@ -113,7 +125,9 @@ _REDACTIONS: Final[tuple[tuple[str, str], ...]] = (
     ),
     (
         "conversation_goals",
-        "UPDATE conversation_goals SET goal = :erased WHERE org_id = :org AND conversation_id = ANY(:conversations)",
+        "UPDATE conversation_goals SET goal = :erased,"
+        " status = CASE WHEN status = 'active' THEN 'stopped' ELSE status END"
+        " WHERE org_id = :org AND conversation_id = ANY(:conversations)",
     ),
     (
         "conversations",
@@ -123,7 +137,8 @@ _REDACTIONS: Final[tuple[tuple[str, str], ...]] = (
     (
         "contacts",
         "UPDATE contacts SET external_id = 'erased:' || id::text, display_name = NULL, phone_number = NULL,"
-        " email = NULL, attributes = '{}'::jsonb, erased_at = now() WHERE org_id = :org AND id = :contact",
+        " email = NULL, attributes = '{}'::jsonb, erased_at = coalesce(erased_at, now())"
+        " WHERE org_id = :org AND id = :contact",
     ),
 )
 
@@ -146,19 +161,48 @@ def redacted(value: Any) -> Any:
     return value
 
 
-def _about(item: Any, conversations: set[str], runs: set[str]) -> bool:
-    return isinstance(item, dict) and (item.get("conversation_id") in conversations or item.get("run_id") in runs)
+@dataclass(frozen=True, slots=True)
+class _Erased:
+    """What belongs to the contact, as the JSON the brief stores names it."""
+
+    conversations: frozenset[str]
+    runs: frozenset[str]
+    insight_keys: frozenset[str]
+    action_ids: frozenset[str]
+
+    def about(self, item: Any) -> bool:
+        return isinstance(item, dict) and (
+            item.get("conversation_id") in self.conversations
+            or item.get("run_id") in self.runs
+            or item.get("insight_key") in self.insight_keys
+            or item.get("action_id") in self.action_ids
+        )
+
+    def redacted_digest(self, digest: Any) -> Any | None:
+        """The digest with its to-do items about the contact redacted; None when none is."""
+        todo = digest.get("todo") if isinstance(digest, dict) else None
+        if not isinstance(todo, list) or not any(self.about(item) for item in todo):
+            return None
+        return {**digest, "todo": [redacted(item) if self.about(item) else item for item in todo]}
 
 
-def _redact_brief(session: Session, org_id: uuid.UUID, conversations: set[str], runs: set[str]) -> dict[str, int]:
-    """The brief's facts of those runs and conversations and the stored digests' items about them:
-    their texts go, their counts stay (a recomposition reads the runs, which are kept)."""
+def _redact_brief(session: Session, org_id: uuid.UUID, erased: _Erased) -> dict[str, int]:
+    """The brief's facts of those runs, conversations and insights, the stored digests' items about
+    them, and the morning pushes that carried them: texts go, counts stay (a recomposition reads
+    the runs, which are kept)."""
+    keys = {
+        "org": org_id,
+        "runs": sorted(erased.runs),
+        "conversations": sorted(erased.conversations),
+        "insight_keys": sorted(erased.insight_keys),
+    }
     facts = session.execute(
         text(
             "SELECT kind, fact_key, payload FROM brief_facts WHERE org_id = :org"
-            " AND (payload->>'run_id' = ANY(:runs) OR payload->>'conversation_id' = ANY(:conversations))"
+            " AND (payload->>'run_id' = ANY(:runs) OR payload->>'conversation_id' = ANY(:conversations)"
+            " OR (kind = 'insight' AND fact_key = ANY(:insight_keys)))"
         ),
-        {"org": org_id, "runs": sorted(runs), "conversations": sorted(conversations)},
+        keys,
     ).all()
     for kind, key, payload in facts:
         session.execute(
@@ -168,38 +212,49 @@ def _redact_brief(session: Session, org_id: uuid.UUID, conversations: set[str], 
             ),
             {"org": org_id, "kind": kind, "key": key, "payload": json.dumps(redacted(payload))},
         )
-    digests = session.execute(
+    digests = 0
+    for day, digest in session.execute(
         text("SELECT day, digest FROM workspace_daily_briefs WHERE org_id = :org"), {"org": org_id}
-    ).all()
-    rewritten = 0
-    for day, digest in digests:
-        todo = digest.get("todo") if isinstance(digest, dict) else None
-        if not isinstance(todo, list) or not any(_about(item, conversations, runs) for item in todo):
-            continue
-        digest["todo"] = [redacted(item) if _about(item, conversations, runs) else item for item in todo]
-        session.execute(
-            text(
-                "UPDATE workspace_daily_briefs SET digest = CAST(:digest AS jsonb) WHERE org_id = :org AND day = :day"
-            ),
-            {"org": org_id, "day": day, "digest": json.dumps(digest)},
-        )
-        rewritten += 1
-    return {"brief_facts": len(facts), "workspace_daily_briefs": rewritten}
+    ).all():
+        rewritten = erased.redacted_digest(digest)
+        if rewritten is not None:
+            session.execute(
+                text(
+                    "UPDATE workspace_daily_briefs SET digest = CAST(:digest AS jsonb)"
+                    " WHERE org_id = :org AND day = :day"
+                ),
+                {"org": org_id, "day": day, "digest": json.dumps(rewritten)},
+            )
+            digests += 1
+    pushes = 0
+    for notification_id, payload in session.execute(
+        text("SELECT id, payload FROM org_notifications WHERE org_id = :org AND event_type = 'home.digest'"),
+        {"org": org_id},
+    ).all():
+        rewritten = erased.redacted_digest(payload.get("digest") if isinstance(payload, dict) else None)
+        if rewritten is not None:
+            session.execute(
+                text("UPDATE org_notifications SET payload = CAST(:payload AS jsonb) WHERE org_id = :org AND id = :id"),
+                {"org": org_id, "id": notification_id, "payload": json.dumps({**payload, "digest": rewritten})},
+            )
+            pushes += 1
+    return {"brief_facts": len(facts), "workspace_daily_briefs": digests, "home_digest_notifications": pushes}
 
 
 def erase_contact(
     session: Session, org_id: uuid.UUID, contact_id: uuid.UUID, *, actor_user_id: uuid.UUID | None, request_id: str
 ) -> Contact:
-    """Erase the contact's personal data (see the module docstring); an erased contact is left as it is."""
-    contact = get_contact(session, org_id, contact_id, for_update=True)
-    if contact.erased_at is not None:
-        return contact
+    """Erase the contact's personal data (see the module docstring). Every call runs every step
+    (each is idempotent): erasing again removes what a writer already under way when the first
+    erasure committed put back (docs/api.md "Erasing a contact")."""
+    # The other writers' lock order: the conversation first, then the contact, then follow-ups.
     conversations = list(
         session.scalars(
             text("SELECT id FROM conversations WHERE org_id = :org AND contact_id = :contact ORDER BY id FOR UPDATE"),
             {"org": org_id, "contact": contact_id},
         )
     )
+    contact = get_contact(session, org_id, contact_id, for_update=True)
     runs = list(
         session.execute(
             text(
@@ -213,20 +268,41 @@ def erase_contact(
     if active:
         raise ContactHasActiveRun(details={"run_ids": active})
     run_ids = [run_id for run_id, _ in runs]
-    conversation_texts, run_texts = [str(c) for c in conversations], [str(r) for r in run_ids]
+    action_ids = list(
+        session.scalars(
+            text("SELECT id FROM agent_decisions WHERE org_id = :org AND run_id = ANY(:runs)"),
+            {"org": org_id, "runs": run_ids},
+        )
+    )
+    insight_keys = list(
+        session.scalars(
+            text(
+                "SELECT dedupe_key FROM workspace_insights WHERE org_id = :org"
+                " AND (run_id = ANY(:runs) OR agent_decision_id = ANY(:actions))"
+            ),
+            {"org": org_id, "runs": run_ids, "actions": action_ids},
+        )
+    )
+    erased = _Erased(
+        conversations=frozenset(str(c) for c in conversations),
+        runs=frozenset(str(r) for r in run_ids),
+        insight_keys=frozenset(insight_keys),
+        action_ids=frozenset(str(a) for a in action_ids),
+    )
     params = {
         "org": org_id,
         "contact": contact_id,
         "conversations": conversations,
         "runs": run_ids,
-        "conversation_texts": conversation_texts,
-        "run_texts": run_texts,
+        "conversation_texts": sorted(erased.conversations),
+        "run_texts": sorted(erased.runs),
+        "insight_keys": insight_keys,
         "erased": ERASED,
     }
     touched: dict[str, int] = {}
     for table, statement in _REDACTIONS:
         touched[table] = session.execute(text(statement), params).rowcount  # type: ignore[attr-defined]
-    touched |= _redact_brief(session, org_id, set(conversation_texts), set(run_texts))
+    touched |= _redact_brief(session, org_id, erased)
     record_audit(
         session,
         org_id=org_id,

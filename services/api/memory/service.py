@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from services.api.contacts.service import get_contact
+from services.api.contacts.service import ContactErased, get_contact
 from services.api.core.errors import NotFound
 from services.api.core.pagination import older_than
 from switchboard.db.audit import record_audit
@@ -56,7 +56,9 @@ def teach_fact(
 ) -> MemoryFact:
     """Save a fact as a person (``source = api``); the same fact again is the same row, refreshed."""
     if contact_id is not None:
-        get_contact(session, org_id, contact_id)  # 404 for another org's or an unknown contact
+        contact = get_contact(session, org_id, contact_id)  # 404 for another org's or an unknown contact
+        if contact.erased_at is not None:
+            raise ContactErased()
     text, key = normalized_fact(fact)
     scope = FactScope.CONTACT if contact_id is not None else FactScope.ORG
     statement = insert(MemoryFact).values(

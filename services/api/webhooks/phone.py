@@ -24,6 +24,7 @@ first: each conversation's records keep the order the deliveries were handled in
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 from sqlalchemy import select
@@ -131,7 +132,7 @@ def hand_back_from_phone(
             actor_user_id=None,
             request_id=request_id,
             via=VIA_BUSINESS_PHONE,
-            source_message_id=external_id or None,
+            source_message_id=message_ref(external_id) if external_id else None,
         )
     except NotHandedOff:
         return HANDBACK_NOTHING  # handed back meanwhile (before the row lock): nothing left to do
@@ -142,6 +143,12 @@ def hand_back_from_phone(
     return HANDED_BACK
 
 
+def message_ref(external_id: str) -> str:
+    """The channel message's id as the audit keeps it: hashed, because WhatsApp's ids embed the
+    customer's number and the audit log is append-only (an erasure could not remove it)."""
+    return "sha256:" + hashlib.sha256(external_id.encode()).hexdigest()[:32]
+
+
 def _handed_back_by(session: Session, org_id: uuid.UUID, conversation_id: uuid.UUID, external_id: str) -> bool:
     """Whether this channel message already handed the conversation back (an audit entry names it)."""
     found = session.scalar(
@@ -150,7 +157,7 @@ def _handed_back_by(session: Session, org_id: uuid.UUID, conversation_id: uuid.U
             AuditLogEntry.org_id == org_id,
             AuditLogEntry.action == HANDED_BACK_ACTION,
             AuditLogEntry.target_id == str(conversation_id),
-            AuditLogEntry.details["source_message_id"].astext == external_id,
+            AuditLogEntry.details["source_message_id"].astext == message_ref(external_id),
         )
         .limit(1)
     )

@@ -149,6 +149,22 @@ class Customer:
                         title=f"Send {c} the catalog",
                         body=c,
                         run_id=run.id,
+                        agent_decision_id=decision.id,
+                    ),
+                    BriefFact(  # the insight record as the brief keeps it: keyed by its insight key only
+                        org_id=org.org_id,
+                        kind="insight",
+                        fact_key=f"action:{decision.id}",
+                        day=date(2026, 12, 3),
+                        occurred_at=datetime.now(UTC),
+                        payload={"insight_key": f"action:{decision.id}", "title": f"Send {c}", "body": c},
+                    ),
+                    OrgNotification(  # a morning push that carried the digest
+                        org_id=org.org_id,
+                        dedupe_key=f"home_digest:{uuid.uuid4()}",
+                        event_type="home.digest",
+                        event_id=uuid.uuid4(),
+                        payload={"date": "2026-12-03", "summary": "1 item", "digest": {"todo": []}},
                     ),
                     WorkspaceTodo(
                         org_id=org.org_id, text=f"Call {c}", source="slash_command", conversation_id=conversation.id
@@ -218,7 +234,13 @@ class Customer:
         self.phone, self.decision_id = phone, decision.id
 
     def todo_item(self) -> dict[str, object]:
-        return {"kind": "proposed_action", "title": f"Send {self.canary}", "run_id": str(self.run_id)}
+        """The digest's card of the proposal: it names the action and insight, not the run."""
+        return {
+            "kind": "proposed_action",
+            "title": f"Send {self.canary}",
+            "action_id": str(self.decision_id),
+            "insight_key": f"action:{self.decision_id}",
+        }
 
 
 def _rows_holding(org: OrgHandle, needle: str) -> dict[str, int]:
@@ -251,6 +273,8 @@ async def test_erasing_a_contact_leaves_no_trace_of_them_and_keeps_the_books(
         s.add(
             WorkspaceDailyBrief(org_id=org.org_id, day=date(2026, 12, 3), digest={"pulse": {"runs": 2}, "todo": todo})
         )
+        for push in s.scalars(select(OrgNotification).where(OrgNotification.event_type == "home.digest")):
+            push.payload = {**push.payload, "digest": {"todo": todo}}
     planted, kept_before = _rows_holding(org, erased.canary), _rows_holding(org, kept.canary)
     assert len(planted) >= 15, f"the canary is everywhere before: {planted}"
 
@@ -269,7 +293,11 @@ async def test_erasing_a_contact_leaves_no_trace_of_them_and_keeps_the_books(
     with tenant_session(org) as s:
         run = s.get_one(AiAgentRun, erased.run_id)
         assert (run.status, run.tokens_in, run.tokens_out, run.cost_micros) == ("completed", 100, 20, 4_200)
-        assert s.get_one(AgentDecision, erased.decision_id).action_type == "crm_send_whatsapp_message"
+        decision = s.get_one(AgentDecision, erased.decision_id)
+        assert decision.action_type == "crm_send_whatsapp_message"
+        assert decision.status == "rejected", "a proposal still waiting can no longer be approved"
+        [followup] = s.scalars(select(ScheduledFollowup).where(ScheduledFollowup.contact_id == erased.contact_id))
+        assert followup.status == "cancelled"
         assert s.get_one(Conversation, erased.conversation_id).status == "closed"
         [fact] = s.scalars(select(BriefFact).where(BriefFact.fact_key == str(erased.run_id)))
         assert fact.payload["cost_micros"] == 4_200 and fact.payload["proposed"][0]["action_type"]
@@ -282,8 +310,14 @@ async def test_erasing_a_contact_leaves_no_trace_of_them_and_keeps_the_books(
         )
         assert audit.details["rows"]["messages"] == 2 and erased.canary not in json.dumps(audit.details)
 
+    # A writer already under way puts something back (a late reply): erasing again removes it.
+    with tenant_session(org) as s:
+        late = s.scalars(select(Message).where(Message.conversation_id == erased.conversation_id)).first()
+        assert late is not None
+        late.body = f"late reply to {erased.canary}"
     again = await client.post(path, headers=org.headers())
     assert again.status_code == 200 and again.json()["data"]["erased_at"] == view["erased_at"]
+    assert _rows_holding(org, erased.canary) == {}
     written_back = await client.patch(
         f"/api/v1/contacts/{erased.contact_id}", json={"display_name": "Ana"}, headers=org.headers(Role.MANAGER)
     )
