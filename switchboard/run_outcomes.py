@@ -31,8 +31,14 @@ WITH_HUMANS: Final = "conversation_with_humans"
 # ``run_completed.abort_reason`` of a run stopped by a steering interrupt (the dispatcher's,
 # for a newer message, or a takeover's).
 INTERRUPTED: Final = "interrupted"
-# ``run_completed.abort_reason`` of runs whose messages another run (or the people) answers.
-ANSWERED_ELSEWHERE: Final = frozenset({INTERRUPTED, "already_answered", "classification_mismatch", WITH_HUMANS})
+# ``run_completed.abort_reason`` of a run not run because its contact was erased (requested
+# before the erasure, claimed after it): nobody is to be answered, nothing is to be written.
+CONTACT_ERASED: Final = "contact_erased"
+# ``run_completed.abort_reason`` of runs whose messages another run (or the people) answers, or
+# that nobody is to answer any more.
+ANSWERED_ELSEWHERE: Final = frozenset(
+    {INTERRUPTED, "already_answered", "classification_mismatch", WITH_HUMANS, CONTACT_ERASED}
+)
 # ``error_code`` of a run its runner handed back: the dispatcher recovers it.
 HANDED_BACK_CODES: Final = frozenset({"runner_shutdown", "superseded"})
 

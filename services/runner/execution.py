@@ -55,6 +55,7 @@ from services.runner.metrics import (
 )
 from services.runner.outcome import (
     ALREADY_ANSWERED,
+    CONTACT_ERASED,
     RUNNER_SHUTDOWN,
     SUPERSEDED,
     WITH_HUMANS,
@@ -110,6 +111,7 @@ class RunHandle:
     autonomy: RunAutonomy | None = None  # issue 6: autonomy gate state (docs/autonomy.md)
     answered_by: uuid.UUID | None = None  # a recovery attempt whose messages were answered already
     with_humans: bool = False  # people had taken the conversation over when it was claimed
+    contact_erased: bool = False  # the conversation's contact was erased before the claim
     accepted_at: float = field(default_factory=time.monotonic)
     trace: _Trace | None = None  # the run's trace sink, once its loop is built
 
@@ -187,6 +189,13 @@ class RunExecutor:
                 OutcomeKind.ABORTED,
                 abort_reason=ALREADY_ANSWERED,
                 summary=f"Not run: run {handle.answered_by} already answered these messages.",
+            )
+        elif handle.contact_erased:
+            log.info("the contact was erased; nothing to do", extra=labels)
+            preset = LoopOutcome(
+                OutcomeKind.ABORTED,
+                abort_reason=CONTACT_ERASED,
+                summary="Not run: the customer's data was erased.",
             )
         elif handle.with_humans:
             log.info("people own the conversation; nothing to do", extra=labels)
@@ -287,6 +296,7 @@ class RunExecutor:
                 assert claim.subject is not None
                 handle.answered_by = claim.answered_by
                 handle.with_humans = claim.with_humans
+                handle.contact_erased = claim.contact_erased
                 start, preset = decided[-1]
                 resolved = claim.resolved
                 if isinstance(resolved, NoCredential):

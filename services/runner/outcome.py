@@ -55,6 +55,7 @@ CLASSIFICATION_MISMATCH = "classification_mismatch"
 # The conversation was ``handoff`` when the run was claimed (a person took it over after the
 # run was requested): nothing is run, the people answer (``switchboard.run_outcomes``).
 WITH_HUMANS = run_outcomes.WITH_HUMANS
+CONTACT_ERASED = run_outcomes.CONTACT_ERASED
 
 
 # Abort reasons (``ai_agent_runs.abort_reason``, ``run_completed.abort_reason``).
@@ -123,6 +124,7 @@ _ABORT_FAMILIES = {
     ALREADY_ANSWERED: (Vitality.COMPLETED, None),
     CLASSIFICATION_MISMATCH: (Vitality.COMPLETED, None),
     WITH_HUMANS: (Vitality.COMPLETED, None),
+    CONTACT_ERASED: (Vitality.COMPLETED, None),
 }
 
 

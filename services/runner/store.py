@@ -122,7 +122,9 @@ RETURNING id
 # FOR NO KEY UPDATE: serializes the conversation's outbox writers (the webhook's upsert takes the
 # same lock) without blocking the foreign-key checks of rows that reference it.
 _LOCK_CONVERSATION = text(
-    "SELECT status FROM conversations WHERE org_id = :org_id AND id = :conversation_id FOR NO KEY UPDATE"
+    "SELECT c.status, ct.erased_at IS NOT NULL AS contact_erased FROM conversations AS c"
+    " LEFT JOIN contacts AS ct ON ct.org_id = c.org_id AND ct.id = c.contact_id"
+    " WHERE c.org_id = :org_id AND c.id = :conversation_id FOR NO KEY UPDATE OF c"
 ).bindparams(bindparam("org_id", type_=_UUID), bindparam("conversation_id", type_=_UUID))
 PRICE_CACHE_S = 300.0
 T = TypeVar("T")
@@ -156,6 +158,8 @@ class Claim(Generic[T]):
     answered_by: uuid.UUID | None = None
     # The conversation was ``handoff`` (people own it) when the run was claimed: not to be run.
     with_humans: bool = False
+    # The conversation's contact was erased (the run was requested before): not to be run.
+    contact_erased: bool = False
     # CREATED: what the start plan's resolver returned.
     resolved: T | None = None
 
@@ -282,10 +286,8 @@ class RunStore:
             # row's timestamps too (the chaos test checks no two runs of a conversation overlap).
             # Read under the lock a takeover takes too: a person who took the conversation over
             # before this claim is seen here, one who does it after interrupts the run (steering).
-            with_humans = (
-                await self._lock_conversation(session, request) == ConversationStatus.HANDOFF.value
-                and not request.dry_run
-            )
+            status, contact_erased = await self._lock_conversation(session, request)
+            with_humans = status == ConversationStatus.HANDOFF.value and not request.dry_run
             for _ in range(2):
                 start = plan(subject)  # after a lost run was closed below, so it starts after that end
                 if await self._insert_running(session, request, loaded, start):
@@ -296,6 +298,7 @@ class RunStore:
                         subject=subject,
                         answered_by=answered_by,
                         with_humans=with_humans,
+                        contact_erased=contact_erased,
                         resolved=resolved,
                     )
                 busy = await self._active_run(session, request)
@@ -795,11 +798,15 @@ class RunStore:
         return price
 
     @staticmethod
-    async def _lock_conversation(session: AsyncSession, request: RunRequested) -> str | None:
-        """Lock the run's conversation row (a takeover locks it too); its status, None without one."""
-        return await session.scalar(
-            _LOCK_CONVERSATION, {"org_id": request.org_id, "conversation_id": request.conversation_id}
-        )
+    async def _lock_conversation(session: AsyncSession, request: RunRequested) -> tuple[str | None, bool]:
+        """Lock the run's conversation row (a takeover and an erasure lock it too); its status (None
+        without one) and whether its contact was erased."""
+        row = (
+            await session.execute(
+                _LOCK_CONVERSATION, {"org_id": request.org_id, "conversation_id": request.conversation_id}
+            )
+        ).one_or_none()
+        return (None, False) if row is None else (row.status, bool(row.contact_erased))
 
 
 def _close_values(request: RunRequested, finish: Finish, failure: RunFailure | None) -> dict[str, Any]:

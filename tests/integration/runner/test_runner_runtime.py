@@ -24,6 +24,7 @@ from switchboard.db.models import AiAgentRun, Contact, Conversation
 from switchboard.db.session import create_async_engine, create_async_sessionmaker, tenant_transaction
 from switchboard.observability.logging import JsonFormatter
 from switchboard.settings import KafkaSettings
+from switchboard.run_outcomes import left_unanswered
 from switchboard.tool_catalog import SEARCH_CONTACTS
 from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, harness, inbound, run_request
 from tests.support.api import create_org
@@ -209,6 +210,24 @@ def _lose_the_answer_of_the_first_finish(monkeypatch: pytest.MonkeyPatch) -> lis
 
     monkeypatch.setattr(RunStore, "finish", finish_then_lose_the_answer)
     return calls
+
+
+async def test_a_run_requested_before_its_contact_was_erased_is_not_run(rh: RunnerHarness) -> None:
+    """The erasure (POST /api/v1/contacts/{id}:erase) commits while a run of the contact waits in
+    the pipeline: claimed after, the run ends at once — no model call, no trace, nothing to send —
+    and nobody is told a customer waits."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    rh.fake.script([Reply(text="nunca deve ser escrito")])
+    request = run_request(agent, [inbound(rh.db, agent, "Oi, sou a Ana")])
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        session.get_one(Contact, agent.contact_id).erased_at = datetime.now(UTC)
+    calls_before = len(rh.fake.calls_to("anthropic"))
+    row = await rh.run(request)
+    assert (row.status, row.abort_reason) == ("aborted", "contact_erased")
+    assert row.final_text is None and row.tool_calls == [] and row.prompt is None
+    assert len(rh.fake.calls_to("anthropic")) == calls_before, "no model call"
+    [completed] = [r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted)]
+    assert completed.would_send_to is None and not left_unanswered(completed)
 
 
 async def test_a_trace_append_retried_after_its_commit_landed_writes_each_entry_once(
