@@ -183,27 +183,10 @@ class RunExecutor:
         )
         log.info("run started", extra={**labels, "provider": version.provider, "model": version.model})
         preset, access = begun
-        if handle.answered_by is not None:
-            log.warning("recovery attempt found its messages answered; nothing to do", extra=labels)
-            preset = LoopOutcome(
-                OutcomeKind.ABORTED,
-                abort_reason=ALREADY_ANSWERED,
-                summary=f"Not run: run {handle.answered_by} already answered these messages.",
-            )
-        elif handle.contact_erased:
-            log.info("the contact was erased; nothing to do", extra=labels)
-            preset = LoopOutcome(
-                OutcomeKind.ABORTED,
-                abort_reason=CONTACT_ERASED,
-                summary="Not run: the customer's data was erased.",
-            )
-        elif handle.with_humans:
-            log.info("people own the conversation; nothing to do", extra=labels)
-            preset = LoopOutcome(
-                OutcomeKind.ABORTED,
-                abort_reason=WITH_HUMANS,
-                summary="Not run: a person had taken the conversation over.",
-            )
+        not_run = _not_run(handle)
+        if not_run is not None:
+            log.info("run not run: nothing to do", extra={**labels, "abort_reason": not_run.abort_reason})
+            preset = not_run
         if preset is not None and preset.handoff is not None:
             events.debug("handoff_keyword", f"matched {preset.handoff.matched_keyword!r} before any model call")
         try:
@@ -782,6 +765,20 @@ def _log_steps(request: RunRequested, entries: list[dict[str, object]]) -> None:
         else:
             line["guard"] = entry.get("name")
         log.info("run step", extra=line)
+
+
+def _not_run(handle: RunHandle) -> LoopOutcome | None:
+    """The outcome of a claimed run that must not run at all, or None: its messages were answered
+    (a recovery attempt), its contact was erased, people own its conversation."""
+    if handle.answered_by is not None:
+        reason, why = ALREADY_ANSWERED, f"run {handle.answered_by} already answered these messages"
+    elif handle.contact_erased:
+        reason, why = CONTACT_ERASED, "the customer's data was erased"
+    elif handle.with_humans:
+        reason, why = WITH_HUMANS, "a person had taken the conversation over"
+    else:
+        return None
+    return LoopOutcome(OutcomeKind.ABORTED, abort_reason=reason, summary=f"Not run: {why}.")
 
 
 class _Trace:

@@ -23,8 +23,8 @@ from switchboard.contracts.enums import ErrorFamily
 from switchboard.db.models import AiAgentRun, Contact, Conversation
 from switchboard.db.session import create_async_engine, create_async_sessionmaker, tenant_transaction
 from switchboard.observability.logging import JsonFormatter
-from switchboard.settings import KafkaSettings
 from switchboard.run_outcomes import left_unanswered
+from switchboard.settings import KafkaSettings
 from switchboard.tool_catalog import SEARCH_CONTACTS
 from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, harness, inbound, run_request
 from tests.support.api import create_org
