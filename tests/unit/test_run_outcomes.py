@@ -16,7 +16,13 @@ from switchboard.contracts.enums import ErrorFamily, Vitality
 
 
 def test_the_abort_reasons_answered_elsewhere_are_the_runners() -> None:
-    runners = {outcome.INTERRUPTED, outcome.ALREADY_ANSWERED, outcome.CLASSIFICATION_MISMATCH, outcome.WITH_HUMANS}
+    runners = {
+        outcome.INTERRUPTED,
+        outcome.ALREADY_ANSWERED,
+        outcome.CLASSIFICATION_MISMATCH,
+        outcome.WITH_HUMANS,
+        outcome.CONTACT_ERASED,
+    }
     assert runners == run_outcomes.ANSWERED_ELSEWHERE
 
 
