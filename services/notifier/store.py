@@ -25,7 +25,7 @@ from services.notifier.metrics import MESSAGES_DELIVERED
 from switchboard.contracts import HandoffTriggered, HumanMessageRequested, RunCompleted, SendTarget
 from switchboard.crypto import CryptoError, KeyRing, Sealed
 from switchboard.db.enums import ConversationStatus, MessageDeliveryStatus, MessageDirection, MessageSender
-from switchboard.db.models import AiAgentRun, ChannelSession, Conversation, Message, WorkspaceDailyBrief
+from switchboard.db.models import AiAgentRun, ChannelSession, Contact, Conversation, Message, WorkspaceDailyBrief
 from switchboard.db.models.notifications import (
     DeliveryKind,
     DeliveryState,
@@ -48,6 +48,12 @@ ERROR_MESSAGE_LIMIT = 500
 ROUTE_TTL_S = 10.0
 
 _UUID = PG_UUID(as_uuid=True)
+
+# The messages the send tool queued for a run whose contact was erased since: never sent.
+_DROP_ERASED_INTENTS = text(
+    "UPDATE messages SET delivery_status = 'failed', delivery_error = 'contact_erased'"
+    " WHERE org_id = :org_id AND run_id = :run_id AND delivery_status = 'pending'"
+).bindparams(bindparam("org_id", type_=_UUID), bindparam("run_id", type_=_UUID))
 
 # The reply's message row, or the one an earlier delivery of the same event stored (the no-op
 # ON CONFLICT DO UPDATE makes RETURNING give that row): one round trip either way.
@@ -247,6 +253,11 @@ class NotifierStore:
         reply = _reply_values(completed)
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
             with_humans = await self._with_humans(session, org_id, completed.conversation_id, completed.started_at)
+            if await self._contact_erased(session, org_id, completed.conversation_id):
+                # Erased after the run answered (docs/api.md "Erasing a contact"): the reply is
+                # not stored (its text would be personal data again) and nothing is sent.
+                await session.execute(_DROP_ERASED_INTENTS, {"org_id": org_id, "run_id": completed.run_id})
+                return RunClaims([])
             if reply is None:
                 candidates = await self._intents(session, org_id, completed.run_id)
             else:
@@ -265,6 +276,15 @@ class NotifierStore:
             if with_humans:
                 return RunClaims([], await self._withhold(session, org_id, completed.run_id, candidates))
             return RunClaims(await self._claim(session, org_id, completed.run_id, candidates))
+
+    @staticmethod
+    async def _contact_erased(session: AsyncSession, org_id: uuid.UUID, conversation_id: uuid.UUID) -> bool:
+        erased = await session.scalar(
+            select(Contact.erased_at)
+            .join(Conversation, (Conversation.org_id == Contact.org_id) & (Conversation.contact_id == Contact.id))
+            .where(Conversation.org_id == org_id, Conversation.id == conversation_id)
+        )
+        return erased is not None
 
     async def _with_humans(
         self, session: AsyncSession, org_id: uuid.UUID, conversation_id: uuid.UUID, run_started_at: datetime
