@@ -1,5 +1,6 @@
 """``/api/v1/memory/facts``: list what the agents remember (of one customer, or of the business),
-teach a fact, forget one. ``manager`` for all (facts about customers are personal data);
+teach a fact, forget one; ``/api/v1/conversations/{id}/memory``: the thread summary and state
+note a run of the conversation reads. ``manager`` for all (facts about customers are personal data);
 another org's fact or contact is 404."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from services.api.core.errors import Forbidden, NotFound, Unauthorized, Validati
 from services.api.core.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor
 from services.api.core.responses import Envelope, Page
 from services.api.memory import service
-from services.api.memory.schemas import FactView, NewFact
+from services.api.memory.schemas import ConversationMemoryView, FactView, NewFact, StateNoteView, SummaryView
 from switchboard.db.models.memory import FactScope
 
 router = APIRouter(prefix="/api/v1", tags=["memory"])
@@ -60,3 +61,18 @@ async def forget_fact(fact_id: uuid.UUID, ctx: Manager) -> Response:
         )
     )
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/conversations/{conversation_id}/memory", response_model=Envelope[ConversationMemoryView], responses=_ERRORS
+)
+async def conversation_memory(conversation_id: uuid.UUID, ctx: Manager) -> Envelope[ConversationMemoryView]:
+    """The thread summary (older messages folded in) and the agents' state note; null when none yet."""
+    summary, note = await ctx.session.run_sync(lambda s: service.conversation_memory(s, ctx.org_id, conversation_id))
+    return Envelope(
+        data=ConversationMemoryView(
+            conversation_id=conversation_id,
+            summary=None if summary is None else SummaryView.model_validate(summary),
+            state_note=None if note is None else StateNoteView.model_validate(note),
+        )
+    )

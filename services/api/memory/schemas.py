@@ -45,3 +45,31 @@ class NewFact(BaseModel):
         if len(text) > MAX_FACT_CHARS:
             raise ValueError(f"fact must be at most {MAX_FACT_CHARS} characters: one short fact per entry")
         return text
+
+
+class SummaryView(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    summary: str
+    messages_covered: int = Field(description="how many of the conversation's messages it folds in")
+    through_occurred_at: datetime = Field(description="the newest message it covers")
+    revision: int
+    provider: str
+    model: str
+    updated_at: datetime
+
+
+class StateNoteView(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    note: str
+    updated_by_run_id: uuid.UUID | None
+    updated_at: datetime
+
+
+class ConversationMemoryView(BaseModel):
+    """What a run of this conversation is given besides its recent messages (docs/memory.md)."""
+
+    conversation_id: uuid.UUID
+    summary: SummaryView | None
+    state_note: StateNoteView | None

@@ -17,10 +17,18 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from services.api.contacts.service import ContactErased, get_contact
+from services.api.conversations.service import get_conversation
 from services.api.core.errors import NotFound
 from services.api.core.pagination import older_than
 from switchboard.db.audit import record_audit
-from switchboard.db.models.memory import FactScope, FactSource, MemoryFact, normalized_fact
+from switchboard.db.models.memory import (
+    ConversationStateNote,
+    ConversationSummary,
+    FactScope,
+    FactSource,
+    MemoryFact,
+    normalized_fact,
+)
 
 Cursor = tuple[datetime, uuid.UUID] | None
 
@@ -105,3 +113,21 @@ def forget_fact(
     )
     session.delete(row)
     session.flush()
+
+
+def conversation_memory(
+    session: Session, org_id: uuid.UUID, conversation_id: uuid.UUID
+) -> tuple[ConversationSummary | None, ConversationStateNote | None]:
+    """The thread summary and the state note a run of the conversation reads (404 for another org's)."""
+    get_conversation(session, org_id=org_id, conversation_id=conversation_id)
+    summary = session.scalars(
+        select(ConversationSummary).where(
+            ConversationSummary.org_id == org_id, ConversationSummary.conversation_id == conversation_id
+        )
+    ).one_or_none()
+    note = session.scalars(
+        select(ConversationStateNote).where(
+            ConversationStateNote.org_id == org_id, ConversationStateNote.conversation_id == conversation_id
+        )
+    ).one_or_none()
+    return summary, note

@@ -5,6 +5,7 @@ business's facts once, and forget a wrong one — and the agents' reader (the ru
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -14,7 +15,9 @@ from services.runner.memory import FactRetriever
 from switchboard.db.enums import Role
 from switchboard.db.models import Contact
 from switchboard.db.models.audit import AuditLogEntry
+from switchboard.db.models.memory import ConversationStateNote, ConversationSummary
 from switchboard.db.session import create_async_engine, create_async_sessionmaker
+from tests.integration.db.factories import create_conversation
 from tests.support.agents import tenant_session
 from tests.support.api import OrgHandle
 from tests.support.stack import StackEndpoints
@@ -87,3 +90,37 @@ async def test_teach_list_and_forget_facts_and_the_agents_read_what_is_there(
         "memory_fact.saved",
     ]
     assert not any("sofa" in str(a.details) or "Sundays" in str(a.details) for a in actions), "never the text"
+
+
+async def test_a_conversations_summary_and_state_note_are_shown(client: httpx.AsyncClient, org: OrgHandle) -> None:
+    with tenant_session(org) as s:
+        empty, summarized = (create_conversation(s, org.org_id) for _ in range(2))
+        s.add_all(
+            [
+                ConversationSummary(
+                    org_id=org.org_id,
+                    conversation_id=summarized.id,
+                    summary="Asked twice for the price list; prefers Saturday deliveries.",
+                    through_occurred_at=datetime.now(UTC),
+                    through_message_id=uuid.uuid4(),
+                    messages_covered=42,
+                    provider="anthropic",
+                    model="claude-haiku-4-5",
+                ),
+                ConversationStateNote(
+                    org_id=org.org_id, conversation_id=summarized.id, note="Quote sent; awaiting OK."
+                ),
+            ]
+        )
+    manager = org.headers(Role.MANAGER)
+    shown = await client.get(f"/api/v1/conversations/{summarized.id}/memory", headers=manager)
+    assert shown.status_code == 200, shown.text
+    data = shown.json()["data"]
+    assert data["summary"]["summary"].startswith("Asked twice") and data["summary"]["messages_covered"] == 42
+    assert data["state_note"]["note"] == "Quote sent; awaiting OK."
+    nothing = (await client.get(f"/api/v1/conversations/{empty.id}/memory", headers=manager)).json()["data"]
+    assert (nothing["summary"], nothing["state_note"]) == (None, None)
+    assert (await client.get(f"/api/v1/conversations/{uuid.uuid4()}/memory", headers=manager)).status_code == 404
+    assert (
+        await client.get(f"/api/v1/conversations/{empty.id}/memory", headers=org.headers(Role.VIEWER))
+    ).status_code == 403

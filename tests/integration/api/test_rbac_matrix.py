@@ -82,6 +82,7 @@ POLICY: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/memory/facts"): "manager",
     ("POST", "/api/v1/memory/facts"): "manager",
     ("DELETE", "/api/v1/memory/facts/{fact_id}"): "manager",
+    ("GET", "/api/v1/conversations/{conversation_id}/memory"): "manager",
     ("POST", "/api/v1/conversations/{conversation_id}:wake"): "manager",
     ("GET", "/api/v1/org-webhook"): "manager",
     ("PUT", "/api/v1/org-webhook"): "admin_mfa",
