@@ -97,6 +97,18 @@ async def test_the_push_is_due_from_the_orgs_local_hour_with_a_webhook_and_a_dig
         with tenant_session(world.org) as session:
             session.execute(delete(OrgNotification).where(OrgNotification.org_id == org))
 
+        # Daylight saving: 08:00 in Rome is 07:00 UTC in winter and 06:00 UTC in summer.
+        _set_org(world, time_zone="Europe/Rome")
+        summer = date(2026, 7, 1)
+        _store_digests(world, {summer: _digest(summer, runs=1, todo=0)})
+        assert await due(datetime(2026, 7, 1, 5, 59, tzinfo=UTC)) == [], "07:59 CEST"
+        assert await due(datetime(2026, 7, 1, 6, 0, tzinfo=UTC)) == [summer], "08:00 CEST"
+        assert await due(datetime(2026, 12, 3, 6, 59, tzinfo=UTC)) == [], "07:59 CET"
+        assert await due(datetime(2026, 12, 3, 7, 0, tzinfo=UTC)) == [day], "08:00 CET"
+        _set_org(world, time_zone="Mars/Olympus")  # not a zone (written around the API): counted as UTC
+        assert await due(datetime(2026, 12, 3, 7, 59, tzinfo=UTC)) == []
+        assert await due(datetime(2026, 12, 3, 8, 0, tzinfo=UTC)) == [day]
+
         _set_org(world, digest_hour=None)
         assert await due(datetime(2026, 12, 3, 23, 0, tzinfo=UTC)) == [], "no hour: the push is off"
         _set_org(world, digest_hour=8)
