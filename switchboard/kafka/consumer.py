@@ -206,7 +206,7 @@ class RecordConsumer:
         log.info("consumer started", extra={"group_id": self._group_id, "topics": sorted(self._topics)})
         try:
             while not stop.is_set():
-                await self._lag.maybe_refresh(consumer)
+                self._lag.maybe_refresh(consumer)
                 limit = await self._fetch_limit(consumer)
                 batches = await consumer.getmany(timeout_ms=250, max_records=limit)
                 if self._across_partitions and len(batches) > 1 and await self._process_across(consumer, batches):
@@ -219,6 +219,7 @@ class RecordConsumer:
                     if stop.is_set():
                         break
         finally:
+            await self._lag.close()
             await consumer.stop()
             self._lag.forget_all()  # a stopped member reports nothing
             self._consumer = None

@@ -38,6 +38,7 @@ class LagGauge:
         self._refresh_s = refresh_s
         self._next_refresh = 0.0
         self._reported: set[TopicPartition] = set()
+        self._task: asyncio.Task[None] | None = None
 
     def report(self, consumer: AIOKafkaConsumer, tp: TopicPartition, next_offset: int | None) -> None:
         """After a batch: its next offset against the high watermark the fetch brought (not for a
@@ -48,12 +49,23 @@ class LagGauge:
         if highwater is not None and next_offset is not None:
             self._set(tp, highwater - next_offset)
 
-    async def maybe_refresh(self, consumer: AIOKafkaConsumer) -> None:
-        """Every ``refresh_s``: each assigned partition's end offset against this member's position."""
+    def maybe_refresh(self, consumer: AIOKafkaConsumer) -> None:
+        """Every ``refresh_s``: each assigned partition's end offset against this member's position,
+        in a task of its own — a slow broker answer must not hold up the consume loop."""
         now = time.monotonic()
-        if self._refresh_s <= 0 or now < self._next_refresh:
+        if self._refresh_s <= 0 or now < self._next_refresh or (self._task is not None and not self._task.done()):
             return
         self._next_refresh = now + self._refresh_s
+        self._task = asyncio.create_task(self._refresh(consumer), name=f"lag-refresh-{self._service}")
+
+    async def close(self) -> None:
+        """At the consumer's stop: a refresh still waiting on the broker is cancelled."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    async def _refresh(self, consumer: AIOKafkaConsumer) -> None:
         assigned = consumer.assignment()
         if not assigned:
             return
@@ -61,9 +73,9 @@ class LagGauge:
             async with asyncio.timeout(REFRESH_TIMEOUT_S):
                 ends = await consumer.end_offsets(list(assigned))
                 for tp, end in ends.items():
-                    if tp in consumer.assignment():  # not revoked meanwhile
+                    if tp in consumer.assignment():  # not moved meanwhile
                         self._set(tp, end - await consumer.position(tp))
-        except Exception as exc:  # a broker away or a rebalance mid-way: the next turn tries again
+        except Exception as exc:  # a broker away or a rebalance mid-way: the next refresh tries again
             log.debug("consumer lag not refreshed", extra={"service": self._service, "error": type(exc).__name__})
 
     def assigned(self, assignment: Iterable[TopicPartition]) -> None:
