@@ -61,6 +61,14 @@ _REDACTIONS: Final[tuple[tuple[str, str], ...]] = (
         " WHERE org_id = :org AND conversation_id = ANY(:conversations)",
     ),
     (
+        # What they wrote in group chats (the group's conversation, not theirs: WAHA names the
+        # sender as ``participant``, their chat id); the other members' messages stay.
+        "group_messages",
+        "UPDATE messages SET body = :erased, attributes = '{}'::jsonb, external_id = NULL,"
+        " dedupe_key = CASE WHEN dedupe_key LIKE '%@%' THEN 'erased:' || md5(dedupe_key) ELSE dedupe_key END"
+        " WHERE org_id = :org AND attributes->>'participant' = :external_id",
+    ),
+    (
         "run_deliveries",
         "UPDATE run_deliveries SET external_id = NULL, error_message = NULL"
         " WHERE org_id = :org AND (run_id = ANY(:runs) OR message_id IN"
@@ -297,6 +305,7 @@ def erase_contact(
         "conversation_texts": sorted(erased.conversations),
         "run_texts": sorted(erased.runs),
         "insight_keys": insight_keys,
+        "external_id": contact.external_id,  # their chat id, as group messages name the sender
         "erased": ERASED,
     }
     touched: dict[str, int] = {}

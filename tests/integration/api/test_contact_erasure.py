@@ -230,6 +230,22 @@ class Customer:
                     ),
                 ]
             )
+            group_id = f"1203{uuid.uuid4().int % 10**14:014d}@g.us"  # a group's id is not a member's number
+            group = Conversation(org_id=org.org_id, channel_session_id=channel.id, chat_id=group_id, is_group=True)
+            s.add(group)
+            s.flush()
+            s.add(  # what they wrote in a group chat: the group's conversation, they are its participant
+                Message(
+                    org_id=org.org_id,
+                    conversation_id=group.id,
+                    channel_session_id=channel.id,
+                    direction="inbound",
+                    sender="contact",
+                    external_id=f"false_{group_id}_{uuid.uuid4().hex[:8]}_{phone}@c.us",
+                    body=f"{c} no grupo",
+                    attributes={"participant": contact.external_id},
+                )
+            )
         self.contact_id, self.conversation_id, self.run_id = contact.id, conversation.id, run.id
         self.phone, self.decision_id = phone, decision.id
 
