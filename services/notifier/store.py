@@ -39,7 +39,7 @@ from switchboard.db.session import async_tenant_transaction
 from switchboard.internal_chats import is_internal_chat
 from switchboard.observability.scrubbing import scrub_text
 from switchboard.rotation import channel_session_aad
-from switchboard.run_outcomes import WITH_HUMANS
+from switchboard.run_outcomes import CONTACT_ERASED, WITH_HUMANS
 
 ERROR_MESSAGE_LIMIT = 500
 # How long a channel session's route (and its opened API key) is reused before it is read again:
@@ -48,12 +48,6 @@ ERROR_MESSAGE_LIMIT = 500
 ROUTE_TTL_S = 10.0
 
 _UUID = PG_UUID(as_uuid=True)
-
-# The messages the send tool queued for a run whose contact was erased since: never sent.
-_DROP_ERASED_INTENTS = text(
-    "UPDATE messages SET delivery_status = 'failed', delivery_error = 'contact_erased'"
-    " WHERE org_id = :org_id AND run_id = :run_id AND delivery_status = 'pending'"
-).bindparams(bindparam("org_id", type_=_UUID), bindparam("run_id", type_=_UUID))
 
 # The reply's message row, or the one an earlier delivery of the same event stored (the no-op
 # ON CONFLICT DO UPDATE makes RETURNING give that row): one round trip either way.
@@ -252,11 +246,11 @@ class NotifierStore:
         org_id = completed.org_id
         reply = _reply_values(completed)
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            with_humans = await self._with_humans(session, org_id, completed.conversation_id, completed.started_at)
-            if await self._contact_erased(session, org_id, completed.conversation_id):
+            with_humans, erased = await self._gate(session, org_id, completed.conversation_id, completed.started_at)
+            if erased:
                 # Erased after the run answered (docs/api.md "Erasing a contact"): the reply is
                 # not stored (its text would be personal data again) and nothing is sent.
-                await session.execute(_DROP_ERASED_INTENTS, {"org_id": org_id, "run_id": completed.run_id})
+                await _cancel_intents(session, org_id, completed.run_id, CONTACT_ERASED)
                 return RunClaims([])
             if reply is None:
                 candidates = await self._intents(session, org_id, completed.run_id)
@@ -277,33 +271,25 @@ class NotifierStore:
                 return RunClaims([], await self._withhold(session, org_id, completed.run_id, candidates))
             return RunClaims(await self._claim(session, org_id, completed.run_id, candidates))
 
-    @staticmethod
-    async def _contact_erased(session: AsyncSession, org_id: uuid.UUID, conversation_id: uuid.UUID) -> bool:
-        erased = await session.scalar(
-            select(Contact.erased_at)
-            .join(Conversation, (Conversation.org_id == Contact.org_id) & (Conversation.contact_id == Contact.id))
-            .where(Conversation.org_id == org_id, Conversation.id == conversation_id)
-        )
-        return erased is not None
-
-    async def _with_humans(
+    async def _gate(
         self, session: AsyncSession, org_id: uuid.UUID, conversation_id: uuid.UUID, run_started_at: datetime
-    ) -> bool:
+    ) -> tuple[bool, bool]:
         """Whether people own the conversation, or took it over after the run started (and have
-        handed it back since: the person answered meanwhile, the run's reply is stale). The row is
-        share-locked until the claim commits, so a takeover either comes first (and is seen) or
-        waits for the claim."""
+        handed it back since: the person answered meanwhile, the run's reply is stale); and whether
+        its contact was erased. The row is share-locked until the claim commits, so a takeover
+        (or an erasure) either comes first (and is seen) or waits for the claim."""
         row = (
             await session.execute(
-                select(Conversation.status, Conversation.handoff_at)
+                select(Conversation.status, Conversation.handoff_at, Contact.erased_at)
+                .outerjoin(Contact, (Contact.org_id == Conversation.org_id) & (Contact.id == Conversation.contact_id))
                 .where(Conversation.org_id == org_id, Conversation.id == conversation_id)
-                .with_for_update(read=True)
+                .with_for_update(read=True, of=Conversation)
             )
         ).one_or_none()
         if row is None:
-            return False
+            return False, False
         taken_since = row.handoff_at is not None and row.handoff_at > run_started_at
-        return row.status == ConversationStatus.HANDOFF.value or taken_since
+        return row.status == ConversationStatus.HANDOFF.value or taken_since, row.erased_at is not None
 
     async def _withhold(
         self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID, candidates: list[_Candidate]
@@ -531,18 +517,7 @@ class NotifierStore:
     async def cancel_intents(self, org_id: uuid.UUID, run_id: uuid.UUID, reason: str) -> int:
         """Queued intents of a run that must not be sent (handoff, failure): marked failed, never claimed."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            result = await session.execute(
-                update(Message)
-                .where(
-                    Message.org_id == org_id,
-                    Message.run_id == run_id,
-                    Message.direction == MessageDirection.OUTBOUND.value,
-                    Message.delivery_status == MessageDeliveryStatus.PENDING.value,
-                    ~exists().where(RunDelivery.message_id == Message.id),
-                )
-                .values(delivery_status=MessageDeliveryStatus.FAILED.value, delivery_error=reason)
-            )
-            return int(getattr(result, "rowcount", 0) or 0)
+            return await _cancel_intents(session, org_id, run_id, reason)
 
     # ------------------------------------------------------------------ humans
 
@@ -689,6 +664,22 @@ class NotifierStore:
                     sent_at=datetime.now(UTC) if state is NotificationState.SENT else None,
                 )
             )
+
+
+async def _cancel_intents(session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID, reason: str) -> int:
+    """Mark the run's queued, unclaimed intents failed with ``reason`` (in the caller's transaction)."""
+    result = await session.execute(
+        update(Message)
+        .where(
+            Message.org_id == org_id,
+            Message.run_id == run_id,
+            Message.direction == MessageDirection.OUTBOUND.value,
+            Message.delivery_status == MessageDeliveryStatus.PENDING.value,
+            ~exists().where(RunDelivery.message_id == Message.id),
+        )
+        .values(delivery_status=MessageDeliveryStatus.FAILED.value, delivery_error=reason)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 async def _expire_left_claim(session: AsyncSession, org_id: uuid.UUID, candidate: _Candidate, channel: str) -> None:

@@ -14,8 +14,10 @@ conversation, and nothing links the two.
 One transaction; the conversations, then the contact, are locked first (the order of every
 other writer), and a contact with a run still active — running, waiting for an approval — is
 refused (``409 contact_has_active_run``): that run would write its trace back after the
-erasure. Writers already under way can still write after the commit (a run requested but not
-claimed yet, a reply being delivered); every call runs every step again, so erasing again
+erasure. A run requested but not claimed yet is not run (the runner reads ``erased_at`` under
+the conversation lock), a reply delivered afterwards is neither stored nor sent (the notifier
+reads it too); other writers already under way (a send on the wire, the brief's next record)
+can still write after the commit, and since every call runs every step again, erasing again
 removes it. What the system of record cannot reach is said in the docs: records on Kafka
 topics and the outbox's published rows age out with their retention.
 """
@@ -33,6 +35,7 @@ from sqlalchemy.orm import Session
 from services.api.contacts.service import get_contact
 from services.api.core.errors import Conflict
 from switchboard.db.audit import record_audit
+from switchboard.db.enums import ACTIVE_RUN_STATUSES, AWAITING_APPROVAL
 from switchboard.db.models.channels import Contact
 
 ERASED: Final = "[erased]"
@@ -40,7 +43,8 @@ ERASED: Final = "[erased]"
 TEXT_KEYS: Final = frozenset({"title", "body", "text", "summary", "reason", "final_text", "detail", "rationale"})
 # Keys whose whole value is (the person's) content: a tool's arguments, a proposed message.
 CONTENT_KEYS: Final = frozenset({"arguments", "proposed_action", "suggested_actions", "result"})
-ACTIVE_RUN_STATUSES: Final = ("pending", "running", "awaiting_approval")  # a row the runner holds
+# Runs that would still write: held by a runner, or parked until the owner decides.
+BLOCKING_RUN_STATUSES: Final = frozenset({*(str(s) for s in ACTIVE_RUN_STATUSES), AWAITING_APPROVAL})
 
 
 class ContactHasActiveRun(Conflict):
@@ -48,25 +52,20 @@ class ContactHasActiveRun(Conflict):
     default_message = "A run of this contact is still active; erase once it ended (or decide its pending approval)"
 
 
-# Each statement takes :org, :contact, :conversations (uuid[]) and :runs (uuid[]). Order matters
-# only for readability; the transaction makes them one change.
+# Every statement takes the same parameters (``erase_contact``'s ``params``); the order matters
+# only for readability: the transaction makes them one change.
 _REDACTIONS: Final[tuple[tuple[str, str], ...]] = (
     (
         "messages",
-        # A dedupe key made of the channel's message id holds the number: hashed (still unique);
-        # ours (``reply:<run id>``) stay, so a redelivered run_completed still finds its reply.
+        # Their conversations' messages, and what they wrote in group chats (the group's
+        # conversation: WAHA names the sender as ``participant``, their chat id; the other
+        # members' messages stay). A dedupe key made of the channel's message id holds the number:
+        # hashed (still unique); ours (``reply:<run id>``) stay, so a redelivered run_completed
+        # still finds its reply.
         "UPDATE messages SET body = :erased, attributes = '{}'::jsonb, external_id = NULL,"
         " dedupe_key = CASE WHEN dedupe_key LIKE '%@%' THEN 'erased:' || md5(dedupe_key) ELSE dedupe_key END,"
         " delivery_error = NULL"
-        " WHERE org_id = :org AND conversation_id = ANY(:conversations)",
-    ),
-    (
-        # What they wrote in group chats (the group's conversation, not theirs: WAHA names the
-        # sender as ``participant``, their chat id); the other members' messages stay.
-        "group_messages",
-        "UPDATE messages SET body = :erased, attributes = '{}'::jsonb, external_id = NULL,"
-        " dedupe_key = CASE WHEN dedupe_key LIKE '%@%' THEN 'erased:' || md5(dedupe_key) ELSE dedupe_key END"
-        " WHERE org_id = :org AND attributes->>'participant' = :external_id",
+        " WHERE org_id = :org AND (conversation_id = ANY(:conversations) OR attributes->>'participant' = :external_id)",
     ),
     (
         "run_deliveries",
@@ -272,7 +271,7 @@ def erase_contact(
             {"org": org_id, "contact": contact_id, "conversations": conversations},
         )
     )
-    active = [str(run_id) for run_id, status in runs if status in ACTIVE_RUN_STATUSES]
+    active = [str(run_id) for run_id, status in runs if status in BLOCKING_RUN_STATUSES]
     if active:
         raise ContactHasActiveRun(details={"run_ids": active})
     run_ids = [run_id for run_id, _ in runs]
