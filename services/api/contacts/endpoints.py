@@ -60,11 +60,12 @@ async def update_contact(contact_id: uuid.UUID, body: UpdateContact, ctx: Manage
 @router.post(
     "/contacts/{contact_id}:erase",
     response_model=Envelope[ContactView],
-    responses=error_responses(Unauthorized, Forbidden, NotFound, erasure.ContactHasActiveRun),
+    responses=error_responses(Unauthorized, Forbidden, NotFound, ValidationFailed, erasure.ContactHasActiveRun),
 )
 async def erase_contact(contact_id: uuid.UUID, ctx: AdminWrite) -> Envelope[ContactView]:
     """Erase the customer's personal data everywhere (docs/api.md "Erasing a contact"); cannot be
-    undone. `409 contact_has_active_run` while a run of theirs is active; erasing again is a no-op."""
+    undone. `409 contact_has_active_run` while a run of theirs is active; erasing again runs every
+    step again (it removes what a writer under way put back)."""
     row = await ctx.session.run_sync(
         lambda s: erasure.erase_contact(
             s, ctx.org_id, contact_id, actor_user_id=ctx.principal.user_id, request_id=ctx.request_id

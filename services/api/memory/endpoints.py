@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 
 from services.api.core.auth import Manager
-from services.api.core.errors import Forbidden, NotFound, Unauthorized, ValidationFailed, error_responses
+from services.api.core.errors import Conflict, Forbidden, NotFound, Unauthorized, ValidationFailed, error_responses
 from services.api.core.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor
 from services.api.core.responses import Envelope, Page
 from services.api.memory import service
@@ -20,7 +20,7 @@ from switchboard.db.models.memory import FactScope
 
 router = APIRouter(prefix="/api/v1", tags=["memory"])
 
-_ERRORS = error_responses(Unauthorized, Forbidden, NotFound, ValidationFailed)
+_ERRORS = error_responses(Unauthorized, Forbidden, NotFound, ValidationFailed, Conflict)
 
 
 @router.get("/memory/facts", response_model=Page[FactView], responses=_ERRORS)

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from switchboard.db.models.memory import MAX_FACT_CHARS
+from switchboard.db.models.memory import MAX_FACT_CHARS, normalized_fact
 
 
 class FactView(BaseModel):
@@ -39,7 +39,7 @@ class NewFact(BaseModel):
     @field_validator("fact")
     @classmethod
     def _fact(cls, value: str) -> str:
-        text = " ".join(value.split())
+        text, _ = normalized_fact(value)
         if not text:
             raise ValueError("fact must not be blank")
         if len(text) > MAX_FACT_CHARS:

@@ -339,6 +339,12 @@ async def test_erasing_a_contact_leaves_no_trace_of_them_and_keeps_the_books(
         f"/api/v1/contacts/{erased.contact_id}", json={"display_name": "Ana"}, headers=org.headers(Role.MANAGER)
     )
     assert written_back.status_code == 409 and written_back.json()["error"]["code"] == "contact_erased"
+    taught = await client.post(
+        "/api/v1/memory/facts",
+        json={"fact": "Ana likes blue", "contact_id": str(erased.contact_id)},
+        headers=org.headers(Role.MANAGER),
+    )
+    assert taught.status_code == 409 and taught.json()["error"]["code"] == "contact_erased"
 
 
 async def test_a_contact_with_an_active_run_is_not_erased(client: httpx.AsyncClient, org: OrgHandle) -> None:
