@@ -3,8 +3,6 @@ budget incidents reach the org's admins the same way; the API hands conversation
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import date
@@ -15,6 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from scripts.channel_server import ChannelServer
+from scripts.demo.scenario import signed_by as verify  # what a receiver does: the HMAC over "<timestamp>.<body>"
 from switchboard.contracts import Insight, InsightKind, Record, RunStatus, Serde, Topics, TopicSpec, WakeReason
 from switchboard.db.enums import Role
 from switchboard.db.models.notifications import OrgNotification
@@ -26,13 +25,6 @@ pytestmark = pytest.mark.integration
 
 Publish = Callable[[TopicSpec[Any], Record], Awaitable[None]]
 Start = Callable[..., Awaitable[RunningNotifier]]
-
-
-def verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
-    """What a receiver does: recompute the HMAC over "<timestamp>.<body>" and compare."""
-    timestamp = headers["X-Switchboard-Timestamp"]
-    expected = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(headers["X-Switchboard-Signature"], f"sha256={expected}")
 
 
 async def set_webhook(api: httpx.AsyncClient, world: World, url: str) -> str:
