@@ -18,13 +18,22 @@ pg_bindir() {
 }
 
 install() {
-  if [[ -n "$(pg_bindir)" ]]; then return 0; fi
-  [[ $EUID -eq 0 ]] || die "PostgreSQL server binaries are missing; install them: sudo apt-get install postgresql"
-  log "installing PostgreSQL from Debian packages"
+  # PgBouncer is not part of the stack: the tests put one in front of PostgreSQL to check what a
+  # connection pooler changes (tests/support/pgbouncer.py). Installed with PostgreSQL, never started.
+  local packages=()
+  [[ -n "$(pg_bindir)" ]] || packages+=(postgresql postgresql-contrib)
+  command -v pgbouncer >/dev/null || [[ -x /usr/sbin/pgbouncer ]] || packages+=(pgbouncer)
+  ((${#packages[@]})) || return 0
+  if [[ $EUID -ne 0 ]]; then
+    [[ -n "$(pg_bindir)" ]] || die "PostgreSQL server binaries are missing; install them: sudo apt-get install postgresql"
+    log "pgbouncer is missing (the pooler tests need it): sudo apt-get install pgbouncer"
+    return 0
+  fi
+  log "installing ${packages[*]} from Debian packages"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
-  # policy-rc.d stops the package from starting (and keeping) the system cluster on 5432.
-  apt-get install -y -qq postgresql postgresql-contrib >&2
+  # policy-rc.d stops the packages from starting (and keeping) the system cluster on 5432 or a pooler.
+  apt-get install -y -qq "${packages[@]}" >&2
 }
 
 # The unprivileged user that owns the cluster: "postgres" when we are root, else ourselves.

@@ -10,7 +10,17 @@ them. The rules it keeps (docs/api.md, "Outbox relay", says why):
   on a dedicated connection; the holder publishes, the others retry every
   ``lock_retry_s`` and take over when the holder's connection closes (process
   death closes it at once). The leader checks that connection every
-  ``lock_check_s`` and steps down when it cannot.
+  ``lock_check_s``, and before sending each batch, and steps down when it cannot.
+- **The lock lives in an open transaction** (``pg_try_advisory_xact_lock``), not in the
+  session: a transaction pooler (PgBouncer ``pool_mode = transaction``, CloudNativePG's
+  ``Pooler``) keeps a client on one server session only while a transaction is open, so
+  a session-level lock taken through it would stay on a server session that other
+  clients then use — a second relay landing there is granted the same lock, and two
+  relays publish the same keys out of order. The open transaction pins the session to
+  the leader through any pooler. It takes no transaction id and, between its checks,
+  no snapshot, so it holds back no vacuum (the tests check ``backend_xid`` and
+  ``backend_xmin``); ``pg_stat_activity`` shows it *idle in transaction* under the
+  relay's ``application_name``.
 - **Order per key.** Rows are sent in ``id`` order; a row that fails holds back every
   later row of the same (topic, key) until it is published or dead-lettered.
 - **At least once.** A crash between the broker's ack and the ``published_at`` update
@@ -24,7 +34,7 @@ them. The rules it keeps (docs/api.md, "Outbox relay", says why):
   pause doubles from ``idle_poll_min_s`` to ``idle_poll_max_s``. A writer in the same
   process (the API's webhook group commit) calls ``wake()`` after its commit, which
   ends the pause at once: the hot path's records do not wait up to a pause each.
-- **One connection.** The leader runs its statements on the lock connection itself, in
+- **Two connections.** The lock's, and one where the leader runs its statements in
   autocommit (each is one statement; only the leader touches unpublished rows), with raw
   psycopg: no pool, no transaction round trips, no SQLAlchemy on a loop that runs the
   same few statements thousands of times a minute.
@@ -251,6 +261,9 @@ async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), timeout=seconds)
 
 
+# Taken inside a transaction the leader keeps open (the module docstring says why).
+_TRY_LOCK = "SELECT pg_try_advisory_xact_lock(%(key)s)"
+
 _FETCH = """
     WITH candidates AS (
         SELECT id, topic, key, payload, headers, attempts, created_at,
@@ -317,7 +330,8 @@ class OutboxRelay:
         self._kafka = settings.kafka
         self._serde = Serde.from_settings(settings.kafka)
         self._url = settings.database.url.get_secret_value()
-        self._conn: psycopg.AsyncConnection[Any] | None = None  # the lock connection, while leading
+        self._conn: psycopg.AsyncConnection[Any] | None = None  # the statements' connection, while leading
+        self._lock_conn: psycopg.AsyncConnection[Any] | None = None  # holds the lock, while leading
         self._producer: Any = None
         # A broker failure seen: the next batch goes through a new producer (``_renew_producer``).
         self._producer_suspect = False
@@ -413,28 +427,17 @@ class OutboxRelay:
         while not stop.is_set():
             conn: psycopg.AsyncConnection[Any] | None = None
             try:
-                conn = await psycopg.AsyncConnection.connect(
-                    _conninfo(self._url),
-                    autocommit=True,
-                    connect_timeout=10,
-                    application_name=f"{APPLICATION_NAME}:{socket.gethostname()[:24]}:{os.getpid()}",
-                    # Client and server keepalives: a vanished peer is noticed in ~30 s, so a
-                    # partitioned leader's session (and lock) does not linger for hours.
-                    keepalives=1,
-                    keepalives_idle=10,
-                    keepalives_interval=5,
-                    keepalives_count=3,
-                    options="-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3",
-                    row_factory=namedtuple_row,
-                )
+                conn = await self._connect(autocommit=False)
                 self._connected = True
                 backoff = settings.retry_backoff_s
                 while not stop.is_set():
-                    cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,))
+                    # The transaction stays open while this relay leads: it holds the lock (docstring).
+                    cursor = await conn.execute(_TRY_LOCK, {"key": LOCK_KEY}, prepare=False)
                     row = await cursor.fetchone()
                     if row is not None and row[0]:
                         log.info("outbox relay acquired the lock; leading", extra={"pid": os.getpid()})
                         return conn
+                    await conn.rollback()
                     if not waiting_logged:
                         log.info("another outbox relay leads; waiting", extra={"lock_retry_s": settings.lock_retry_s})
                         waiting_logged = True
@@ -452,12 +455,30 @@ class OutboxRelay:
                     await conn.close()
         return None
 
+    async def _connect(self, *, autocommit: bool) -> psycopg.AsyncConnection[Any]:
+        """A connection of the relay's own (never from a pool)."""
+        return await psycopg.AsyncConnection.connect(
+            _conninfo(self._url),
+            autocommit=autocommit,
+            connect_timeout=10,
+            application_name=f"{APPLICATION_NAME}:{socket.gethostname()[:24]}:{os.getpid()}",
+            # Client and server keepalives: a vanished peer is noticed in ~30 s, so a
+            # partitioned leader's session (and lock) does not linger for hours.
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+            options="-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3",
+            row_factory=namedtuple_row,
+        )
+
     async def _step_down(self, lock_conn: psycopg.AsyncConnection[Any]) -> None:
-        """Stop the producer and close the lock connection (which releases the lock)."""
+        """Stop the producer and close both connections (closing the lock's ends its transaction and
+        releases the lock)."""
         if self._leading:
             log.info("outbox relay stepping down", extra={"pid": os.getpid()})
         self._leading = False
-        self._conn = None
+        work, self._conn, self._lock_conn = self._conn, None, None
         OUTBOX_RELAY_LEADER.set(0)
         # Only the leader reports the backlog: a follower's stale numbers would mislead max().
         OUTBOX_BACKLOG.set(0)
@@ -467,8 +488,10 @@ class OutboxRelay:
             # Sends still in flight here were never marked: they are published again later.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(producer.stop(), timeout=self._settings.stop_timeout_s)
-        with contextlib.suppress(Exception):
-            await lock_conn.close()
+        for conn in (work, lock_conn):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()
         self._connected = False
 
     # ------------------------------------------------------------------ leading
@@ -507,8 +530,12 @@ class OutboxRelay:
 
     async def _lead(self, lock_conn: psycopg.AsyncConnection[Any], stop: asyncio.Event) -> None:
         settings = self._settings
+        self._lock_conn = lock_conn
+        try:
+            self._conn = await self._connect(autocommit=True)
+        except (psycopg.Error, OSError) as exc:
+            raise LeadershipLost(scrub_text(str(exc)) or type(exc).__name__) from exc
         await self._start_producer()
-        self._conn = lock_conn
         self._leading = True
         self._holds = _Holds()
         OUTBOX_RELAY_LEADER.set(1)
@@ -561,26 +588,29 @@ class OutboxRelay:
         return was_woken
 
     async def _check_lock(self, lock_conn: psycopg.AsyncConnection[Any]) -> None:
-        """A round trip on the lock connection: if it fails, the lock may be someone else's."""
+        """A round trip in the lock's transaction: if it fails, the lock may be someone else's. Its
+        statement runs in the transaction that holds the lock, so an answer proves the lock is ours."""
         try:
-            await asyncio.wait_for(lock_conn.execute("SELECT 1"), timeout=self._settings.lock_check_timeout_s)
+            await asyncio.wait_for(
+                lock_conn.execute("SELECT 1", prepare=False), timeout=self._settings.lock_check_timeout_s
+            )
         except (psycopg.Error, OSError, TimeoutError) as exc:
             raise LeadershipLost(scrub_text(str(exc)) or type(exc).__name__) from exc
+        self._next_lock_check = time.monotonic() + self._settings.lock_check_s
 
     async def _db(self, statement: str, params: dict[str, Any]) -> _Result:
-        """One statement on the lock connection (autocommit): the relay's only connection. Raw psycopg,
-        no pool and no transaction around a single statement: the relay runs the same few statements
-        back to back, and SQLAlchemy's engine and transaction cost several times their work
+        """One statement on the leader's statement connection (autocommit). Raw psycopg, no pool and
+        no transaction around a single statement: the relay runs the same few statements back to
+        back, and SQLAlchemy's engine and transaction cost several times their work
         (docs/benchmarks.md "End to end")."""
         conn = self._conn
         if conn is None:
-            raise LeadershipLost("no lock connection")
+            raise LeadershipLost("not leading")
         try:
             cursor = await conn.execute(statement, params)
             rows = await cursor.fetchall() if cursor.description is not None else []
         except (psycopg.OperationalError, OSError) as exc:
             raise LeadershipLost(scrub_text(str(exc)) or type(exc).__name__) from exc
-        self._next_lock_check = time.monotonic() + self._settings.lock_check_s  # the connection answered
         return _Result(rows, cursor.rowcount)
 
     async def _fetch(self) -> list[OutboxRow]:
@@ -651,6 +681,10 @@ class OutboxRelay:
         result = BatchResult(fetched=len(rows))
         if not rows:
             return result
+        if self._lock_conn is not None:
+            # Still the leader before anything is sent: a relay that lost its lock sends nothing more,
+            # so two relays never publish the same keys batch after batch (at most the batch in hand).
+            await self._check_lock(self._lock_conn)
         unavailable = await self._unavailable_topics(rows)
         if unavailable is None:
             return BatchResult()  # stopping: nothing was sent

@@ -14,6 +14,7 @@ import httpx
 from switchboard.settings import KafkaSettings
 from tests.support.ports import free_port
 from tests.support.stack import REPO_ROOT, StackEndpoints
+from tests.support.subprocesses import terminate
 
 
 @contextmanager
@@ -53,8 +54,4 @@ def live_api(stack: StackEndpoints, kafka: KafkaSettings, **extra_env: str) -> I
             time.sleep(0.2)
         yield base_url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        terminate(proc)

@@ -12,6 +12,7 @@ import signal
 import time
 import uuid
 from collections import Counter
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -20,8 +21,10 @@ from sqlalchemy import text
 from switchboard.contracts import DeadLetter, Serde, Topics, encode_key
 from switchboard.db.outbox import enqueue
 from switchboard.kafka import admin
+from switchboard.kafka.outbox_relay import LOCK_KEY
 from switchboard.settings import DatabaseSettings, KafkaSettings
 from tests.integration.db.conftest import MigratedDatabase
+from tests.support.pgbouncer import pgbouncer
 
 from .conftest import (
     Consumed,
@@ -344,3 +347,54 @@ async def test_wake_ends_the_idle_pause_at_once(outbox_db: MigratedDatabase, top
         relay.wake()
         await wait_until(lambda: pending_count(outbox_db) == 0, timeout_s=5, what="woken relay published")
         assert time.monotonic() - woken_at < 4.0
+
+
+async def test_through_a_transaction_pooler_one_relay_leads_and_its_lock_holds_back_no_vacuum(
+    outbox_db: MigratedDatabase, topics: KafkaSettings
+) -> None:
+    """Operators put PgBouncer in front of PostgreSQL (docs/deploy.md). In transaction mode a lock
+    taken in a session stays on a server session the next client gets, and that client is granted
+    the same lock: two relays would lead. The relay's lock lives in a transaction it keeps open,
+    which pins its server session through the pooler."""
+    writer = Writer(outbox_db, topics)
+    keys = [uuid.uuid4() for _ in range(4)]
+    with pgbouncer(outbox_db.app_url, pool_mode="transaction", pool_size=2) as pooled:
+        settings = relay_settings(outbox_db, topics, database=DatabaseSettings(url=pooled.render_as_string()))
+        async with running_relay(settings) as first:
+            await wait_until(lambda: first.leading, timeout_s=15, what="a leader through the pooler")
+            async with running_relay(settings) as second:
+                both = samples = 0
+                for _ in range(30):
+                    writer.commit(keys)
+                    for _ in range(5):
+                        await asyncio.sleep(0.02)
+                        samples += 1
+                        both += first.leading and second.leading
+                await wait_until(lambda: pending_count(outbox_db) == 0, timeout_s=20, what="the outbox drained")
+                assert both == 0, f"two relays led at once in {both} of {samples} samples"
+                assert first.leading and not second.leading
+                lock_session = await _idle_lock_session(outbox_db)
+    assert lock_session.state == "idle in transaction"
+    assert (lock_session.backend_xid, lock_session.backend_xmin) == (None, None), "the lock holds back vacuum"
+
+    records = await read_topic(topics, Topics.RUN_STARTED.name)
+    assert len(records) == 120, "each row published once"
+    assert _first_sightings(records, Serde.from_settings(topics)) == writer.per_key()
+
+
+async def _idle_lock_session(db: MigratedDatabase) -> Any:
+    """The lock holder's pg_stat_activity row, seen between two of its checks (not mid-statement)."""
+    query = text(
+        "SELECT a.state, a.backend_xid::text AS backend_xid, a.backend_xmin::text AS backend_xmin"
+        " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND ((l.classid::bigint << 32) | l.objid::bigint) = :key"
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        with db.app_engine.connect() as conn:  # the relay's role: its sessions' details are visible to it
+            row = conn.execute(query, {"key": LOCK_KEY}).one()
+        if row.state != "active" or time.monotonic() > deadline:
+            return row
+        await asyncio.sleep(0.05)
