@@ -189,6 +189,10 @@ class KafkaSettings(SharedSettings):
         return f"{self.topic_prefix}{name}"
 
 
+# psycopg's own default: a statement is prepared on the server after this many runs on a connection.
+PSYCOPG_PREPARE_THRESHOLD = 5
+
+
 class DatabaseSettings(SharedSettings):
     """PostgreSQL: the application role for services, the owner role for migrations."""
 
@@ -198,6 +202,16 @@ class DatabaseSettings(SharedSettings):
     owner_url: SecretStr | None = None
     # Connections kept open per process; size it to the concurrency one process serves.
     pool_size: int = Field(default=10, ge=1)
+    # psycopg prepares a statement on the server once a connection ran it 5 times. A transaction
+    # pooler hands the next statement to any server session, so it must track prepared statements
+    # (PgBouncer >= 1.21 with max_prepared_statements > 0); behind one that does not, false turns
+    # them off in every connection the services open (docs/deploy.md, "Database connections").
+    prepared_statements: bool = True
+
+    @property
+    def prepare_threshold(self) -> int | None:
+        """psycopg's ``prepare_threshold`` for our connections: its default, or None (never prepare)."""
+        return PSYCOPG_PREPARE_THRESHOLD if self.prepared_statements else None
 
     @property
     def migration_url(self) -> str:

@@ -117,6 +117,7 @@ class Dispatcher:
             settings.database.url.get_secret_value(),
             window_s=settings.rate_window_s,
             default_limit=settings.default_rate_limit,
+            prepared_statements=settings.database.prepared_statements,
         )
         self.faust = DispatcherApp(
             settings, on_batch=self._on_batch, on_timer=self._on_timer, on_rebalanced=self._on_rebalanced

@@ -42,8 +42,9 @@ class PostgresAdmission:
     is retried, a lost connection is reopened next batch.
     """
 
-    def __init__(self, url: str, *, window_s: int, default_limit: int) -> None:
+    def __init__(self, url: str, *, window_s: int, default_limit: int, prepared_statements: bool = True) -> None:
         self._dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        self._prepared_statements = prepared_statements
         self._window_s = window_s
         self._default_limit = default_limit
         self._conn: psycopg.AsyncConnection[Any] | None = None
@@ -82,7 +83,10 @@ class PostgresAdmission:
 
     async def _admit_once(self, requests: Mapping[uuid.UUID, int]) -> dict[uuid.UUID, tuple[int, datetime, int]]:
         if self._conn is None or self._conn.closed:
-            self._conn = await psycopg.AsyncConnection.connect(self._dsn, prepare_threshold=0)
+            # Prepared from the first run (it runs every batch), unless prepared statements are off.
+            self._conn = await psycopg.AsyncConnection.connect(
+                self._dsn, prepare_threshold=0 if self._prepared_statements else None
+            )
         conn = self._conn
         fetched: dict[uuid.UUID, tuple[int, datetime, int]] = {}
         async with conn.transaction():

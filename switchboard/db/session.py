@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     )
 
 from switchboard.db.tenancy import TENANT_SETTING
+from switchboard.settings import DatabaseSettings
 
 DRIVER = "postgresql+psycopg"
 
@@ -55,9 +56,17 @@ def normalize_url(url: str | URL) -> URL:
     return parsed.set(drivername=DRIVER)
 
 
+def _connect_args(kwargs: dict[str, Any]) -> None:
+    """``DATABASE_PREPARED_STATEMENTS=false`` reaches every connection an engine opens."""
+    threshold = DatabaseSettings().prepare_threshold
+    if threshold is None:
+        kwargs.setdefault("connect_args", {}).setdefault("prepare_threshold", None)
+
+
 def create_engine(url: str | URL, *, pool_size: int = 5, **kwargs: Any) -> Engine:
     """A sync engine on psycopg 3 with pre-ping, so a restarted database is survived."""
     kwargs.setdefault("pool_pre_ping", True)
+    _connect_args(kwargs)
     if kwargs.get("poolclass") is None:
         kwargs.setdefault("pool_size", pool_size)
     return sqlalchemy.create_engine(normalize_url(url), **kwargs)
@@ -76,6 +85,7 @@ def create_async_engine(url: str | URL, *, pool_size: int = 5, **kwargs: Any) ->
     from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
     kwargs.setdefault("pool_pre_ping", False)
+    _connect_args(kwargs)
     if kwargs.get("poolclass") is None:
         kwargs.setdefault("pool_size", pool_size)
     return sa_create_async_engine(normalize_url(url), **kwargs)

@@ -470,6 +470,7 @@ class OutboxRelay:
             keepalives_count=3,
             options="-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3",
             row_factory=namedtuple_row,
+            prepare_threshold=self._settings.database.prepare_threshold,
         )
 
     async def _step_down(self, lock_conn: psycopg.AsyncConnection[Any]) -> None:

@@ -37,3 +37,26 @@ def test_development_tolerates_placeholders() -> None:
     require_real_secret("X", SecretStr("change-me"), RuntimeSettings(env=Environment.DEVELOPMENT))
     with pytest.raises(ValueError):
         require_real_secret("X", SecretStr("change-me"), RuntimeSettings(env=Environment.PRODUCTION))
+
+
+@pytest.mark.parametrize(("value", "threshold"), [("true", 5), ("false", None)])
+def test_prepared_statements_off_reaches_the_connections_an_engine_opens(
+    monkeypatch: pytest.MonkeyPatch, value: str, threshold: int | None
+) -> None:
+    """Behind a pooler that cannot follow prepared statements, no connection of ours may prepare one
+    (the API through a real PgBouncer: tests/integration/api/test_through_a_pooler.py)."""
+    import psycopg
+
+    from switchboard.db.session import create_engine
+
+    seen: dict[str, object] = {}
+
+    def connect(*args: object, **kwargs: object) -> None:
+        seen.update(kwargs)
+        raise ConnectionRefusedError("no database in a unit test")
+
+    monkeypatch.setenv("DATABASE_PREPARED_STATEMENTS", value)
+    monkeypatch.setattr(psycopg, "connect", connect)
+    with pytest.raises(Exception, match="no database in a unit test"):
+        create_engine("postgresql+psycopg://app:secret@127.0.0.1:5432/db").connect()
+    assert seen.get("prepare_threshold", 5) == threshold
