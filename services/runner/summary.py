@@ -82,6 +82,9 @@ class Coverage:
     summary: str | None
     through: tuple[datetime, uuid.UUID] | None
     covered: int
+    # When the stored row was made: a job that extends a summary a person cleared meanwhile
+    # (``DELETE /api/v1/conversations/{id}/memory/summary``) would put its text back.
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +234,9 @@ class ThreadSummarizer:
                 )
             )
             coverage = (
-                Coverage(row.summary, (row.through_occurred_at, row.through_message_id), row.messages_covered)
+                Coverage(
+                    row.summary, (row.through_occurred_at, row.through_message_id), row.messages_covered, row.created_at
+                )
                 if row
                 else Coverage(None, None, 0)
             )
@@ -286,6 +291,14 @@ class ThreadSummarizer:
                 )
                 .with_for_update()
             )
+            if coverage.created_at is not None and (current is None or current.created_at != coverage.created_at):
+                # The summary this job extended was cleared by a person: its text must not come back.
+                await _count(session, job, usage, cost)  # the call was billed all the same
+                log.info(
+                    "thread summary cleared while a job extended it; not stored",
+                    extra={"run_id": str(request.run_id), "conversation_id": str(request.conversation_id)},
+                )
+                return False
             if current is not None and (current.through_occurred_at, current.through_message_id) >= through:
                 await _count(session, job, usage, cost)  # another job got at least as far; this call was billed
                 return False

@@ -1,7 +1,7 @@
 """``/api/v1/memory/facts``: list what the agents remember (of one customer, or of the business),
 teach a fact, forget one; ``/api/v1/conversations/{id}/memory``: the thread summary and state
-note a run of the conversation reads. ``manager`` for all (facts about customers are personal data);
-another org's fact or contact is 404."""
+note a run of the conversation reads, each of which can be cleared. ``manager`` for all (facts
+about customers are personal data); another org's fact, contact or conversation is 404."""
 
 from __future__ import annotations
 
@@ -76,3 +76,17 @@ async def conversation_memory(conversation_id: uuid.UUID, ctx: Manager) -> Envel
             state_note=None if note is None else StateNoteView.model_validate(note),
         )
     )
+
+
+@router.delete(
+    "/conversations/{conversation_id}/memory/{part}", status_code=status.HTTP_204_NO_CONTENT, responses=_ERRORS
+)
+async def clear_memory(conversation_id: uuid.UUID, part: service.MemoryPart, ctx: Manager) -> Response:
+    """Clear a wrong thread summary (`summary`) or the agents' state note (`state-note`): later runs no
+    longer read it. Clearing what is not there is a 204 too."""
+    await ctx.session.run_sync(
+        lambda s: service.clear_memory(
+            s, ctx.org_id, conversation_id, part, actor_user_id=ctx.principal.user_id, request_id=ctx.request_id
+        )
+    )
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

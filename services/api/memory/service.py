@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from enum import StrEnum
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -21,6 +22,7 @@ from services.api.conversations.service import get_conversation
 from services.api.core.errors import NotFound
 from services.api.core.pagination import older_than
 from switchboard.db.audit import record_audit
+from switchboard.db.models import Conversation
 from switchboard.db.models.memory import (
     ConversationStateNote,
     ConversationSummary,
@@ -131,3 +133,70 @@ def conversation_memory(
         )
     ).one_or_none()
     return summary, note
+
+
+class MemoryPart(StrEnum):
+    """What of a conversation's memory a person can clear (the path's last segment)."""
+
+    SUMMARY = "summary"
+    STATE_NOTE = "state-note"
+
+
+def clear_memory(
+    session: Session,
+    org_id: uuid.UUID,
+    conversation_id: uuid.UUID,
+    part: MemoryPart,
+    *,
+    actor_user_id: uuid.UUID | None,
+    request_id: str,
+) -> bool:
+    """Delete the conversation's thread summary or its state note; False when there was none.
+
+    Why: both carry conclusions into every later run of the conversation — the summary is the
+    model's paraphrase of older messages, the note what earlier turns concluded ("quote sent,
+    awaiting OK") — and a wrong one misleads them all. A cleared summary is not read until a
+    summary job folds the older messages again from the first one; a job already under way that
+    extends the cleared text does not store it (``services/runner/summary.py``). A run under way
+    may write a new note afterwards: that one holds its own, newer conclusions. The summary is
+    deleted before its copy on the conversation, the summary job's lock order.
+    """
+    get_conversation(session, org_id=org_id, conversation_id=conversation_id)  # 404 for another org's
+    details: dict[str, object]
+    if part is MemoryPart.SUMMARY:
+        summary = session.execute(
+            delete(ConversationSummary)
+            .where(ConversationSummary.org_id == org_id, ConversationSummary.conversation_id == conversation_id)
+            .returning(ConversationSummary.messages_covered, ConversationSummary.revision)
+        ).one_or_none()
+        session.execute(
+            update(Conversation)
+            .where(Conversation.org_id == org_id, Conversation.id == conversation_id, Conversation.summary.is_not(None))
+            .values(summary=None)
+        )
+        if summary is None:
+            return False
+        # How much it covered, never the text: a summary quotes the customer.
+        details = {"messages_covered": summary[0], "revision": summary[1]}
+        action = "conversation_summary.cleared"
+    else:
+        note = session.execute(
+            delete(ConversationStateNote)
+            .where(ConversationStateNote.org_id == org_id, ConversationStateNote.conversation_id == conversation_id)
+            .returning(ConversationStateNote.updated_by_run_id)
+        ).one_or_none()
+        if note is None:
+            return False
+        details = {"written_by_run_id": None if note[0] is None else str(note[0])}
+        action = "conversation_state_note.cleared"
+    record_audit(
+        session,
+        org_id=org_id,
+        action=action,
+        actor_user_id=actor_user_id,
+        target_type="conversation",
+        target_id=conversation_id,
+        details=details,
+        request_id=request_id,
+    )
+    return True

@@ -124,3 +124,49 @@ async def test_a_conversations_summary_and_state_note_are_shown(client: httpx.As
     assert (
         await client.get(f"/api/v1/conversations/{empty.id}/memory", headers=org.headers(Role.VIEWER))
     ).status_code == 403
+
+
+async def test_a_wrong_summary_or_state_note_is_cleared_by_a_manager(client: httpx.AsyncClient, org: OrgHandle) -> None:
+    wrong = "Wants beer, not wine; lives at Rua Augusta 12."
+    with tenant_session(org) as s:
+        conversation = create_conversation(s, org.org_id)
+        conversation.summary = wrong
+        s.add_all(
+            [
+                ConversationSummary(
+                    org_id=org.org_id,
+                    conversation_id=conversation.id,
+                    summary=wrong,
+                    through_occurred_at=datetime.now(UTC),
+                    through_message_id=uuid.uuid4(),
+                    messages_covered=12,
+                    provider="anthropic",
+                    model="claude-haiku-4-5",
+                ),
+                ConversationStateNote(org_id=org.org_id, conversation_id=conversation.id, note="Beer order confirmed."),
+            ]
+        )
+    memory = f"/api/v1/conversations/{conversation.id}/memory"
+    manager, viewer = org.headers(Role.MANAGER), org.headers(Role.VIEWER)
+
+    assert (await client.delete(f"{memory}/summary", headers=viewer)).status_code == 403
+    unknown = await client.delete(f"{memory}/everything", headers=manager)
+    assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "validation_error"
+    elsewhere = f"/api/v1/conversations/{uuid.uuid4()}/memory/summary"
+    assert (await client.delete(elsewhere, headers=manager)).status_code == 404
+    cleared = await client.delete(f"{memory}/summary", headers=manager)
+    assert cleared.status_code == 204, cleared.text
+    shown = (await client.get(memory, headers=manager)).json()["data"]
+    assert shown["summary"] is None and shown["state_note"]["note"] == "Beer order confirmed.", "only the summary"
+    assert (await client.delete(f"{memory}/state-note", headers=manager)).status_code == 204
+    assert (await client.get(memory, headers=manager)).json()["data"]["state_note"] is None
+    # Clearing what is already gone changes nothing and records nothing.
+    assert (await client.delete(f"{memory}/summary", headers=manager)).status_code == 204
+    assert (await client.delete(f"{memory}/state-note", headers=manager)).status_code == 204
+
+    with tenant_session(org) as s:
+        assert s.get_one(type(conversation), conversation.id).summary is None, "the prompt's copy is gone too"
+        audit = list(s.scalars(select(AuditLogEntry).where(AuditLogEntry.target_id == str(conversation.id))))
+    assert sorted(a.action for a in audit) == ["conversation_state_note.cleared", "conversation_summary.cleared"]
+    assert next(a for a in audit if a.action == "conversation_summary.cleared").details["messages_covered"] == 12
+    assert not any("Augusta" in str(a.details) or "Beer" in str(a.details) for a in audit), "never the text"

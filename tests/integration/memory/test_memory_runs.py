@@ -240,3 +240,55 @@ async def test_facts_saved_by_the_tool_are_retrieved_by_relevance(rh: RunnerHarn
     rh.fake.script([Reply(text="Nothing about that.")])
     unrelated = await rh.run(run_request(agent, [inbound(rh.db, agent, "Qual é o horário?")]))
     assert facts_layer(unrelated.prompt) is None
+
+
+async def test_a_summary_cleared_while_a_job_extends_it_does_not_come_back(rh: RunnerHarness) -> None:
+    """A person clears a wrong summary while a summary job is extending it: the job's text is built on
+    the cleared one, so it is not stored (the call is still counted); the next job starts afresh."""
+    from services.api.memory.service import MemoryPart, clear_memory
+
+    agent = create_agent(rh.db)
+    window(rh, agent, 2)
+    older = past_messages(rh, agent, ["Oi", "Olá!", "Quero vinho", "Qual?", "Tinto", "Anotado."])
+    wrong = "Wants beer, not wine."
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        first_two = session.get_one(Message, older[1])
+        session.add(
+            ConversationSummary(
+                org_id=agent.org_id,
+                conversation_id=agent.conversation_id,
+                summary=wrong,
+                through_occurred_at=first_two.occurred_at,
+                through_message_id=first_two.id,
+                messages_covered=2,
+                provider="anthropic",
+                model="claude-haiku-4-5",
+            )
+        )
+        session.execute(update(Conversation).where(Conversation.id == agent.conversation_id).values(summary=wrong))
+
+    def script(received: Received) -> Reply:
+        if is_summary(received):  # slow: the summary is cleared while the job waits for it
+            return Reply(text="Wants beer; asked for red wine.", input_tokens=300, output_tokens=9, delay_s=1.0)
+        return Reply(text="Certo!", input_tokens=10, output_tokens=5)
+
+    rh.fake.script(script)
+    seen = len(rh.fake.received)
+    run = await rh.run(run_request(agent, [inbound(rh.db, agent, "Pode mandar?")]))
+    deadline = time.monotonic() + 10
+    while not any(is_summary(r) for r in rh.fake.received[seen:]):
+        assert time.monotonic() < deadline, "no summary job started"
+        await asyncio.sleep(0.02)
+    request = next(r for r in rh.fake.received[seen:] if is_summary(r))
+    assert wrong in json.dumps(request.body), "the job extends the stored summary"
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        assert clear_memory(
+            session, agent.org_id, agent.conversation_id, MemoryPart.SUMMARY, actor_user_id=None, request_id="test"
+        )
+    await rh.runner.summarizer.wait_idle()  # type: ignore[union-attr]
+
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        assert session.get(ConversationSummary, agent.conversation_id) is None, "the cleared text came back"
+        assert session.get_one(Conversation, agent.conversation_id).summary is None
+    usage = rh.usage(agent.org_id)
+    assert usage is not None and usage.input_tokens == run.tokens_in + 300, "the billed call is counted"
