@@ -19,7 +19,9 @@ pg_bindir() {
 
 install() {
   # PgBouncer is not part of the stack: the tests put one in front of PostgreSQL to check what a
-  # connection pooler changes (tests/support/pgbouncer.py). Installed with PostgreSQL, never started.
+  # connection pooler changes (tests/support/pgbouncer.py), each on a port of its own. Installed with
+  # PostgreSQL; the stack never starts it (where the host lets packages start services, Debian's own
+  # runs on 6432 and nothing here uses it).
   local packages=()
   [[ -n "$(pg_bindir)" ]] || packages+=(postgresql postgresql-contrib)
   command -v pgbouncer >/dev/null || [[ -x /usr/sbin/pgbouncer ]] || packages+=(pgbouncer)
@@ -32,7 +34,7 @@ install() {
   log "installing ${packages[*]} from Debian packages"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
-  # policy-rc.d stops the packages from starting (and keeping) the system cluster on 5432 or a pooler.
+  # policy-rc.d, where the host has one, stops the packages from starting the system cluster on 5432.
   apt-get install -y -qq "${packages[@]}" >&2
 }
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from sqlalchemy import or_, select, tuple_, update
+from sqlalchemy import and_, or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -52,7 +52,7 @@ from services.runner.providers.base import (
 )
 from services.runner.providers.demo import SUMMARY_TASK
 from services.runner.subject import HistoryItem, RunSubject
-from switchboard.db.models import Conversation, Message
+from switchboard.db.models import Contact, Conversation, Message
 from switchboard.db.models.memory import ConversationSummary
 from switchboard.db.session import async_tenant_transaction
 from switchboard.db.usage import record_usage
@@ -283,6 +283,23 @@ class ThreadSummarizer:
         through = (last.occurred_at, last.message_id)
         cost = await self._cost(job, usage)
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            # The conversation first, then its summary: the lock order of the other writers (an
+            # erasure, a person clearing the summary). An erased customer's summary is not written
+            # back: this job may have read their messages before the erasure.
+            conversation = (
+                await session.execute(
+                    select(Contact.erased_at)
+                    .select_from(Conversation)
+                    .outerjoin(
+                        Contact, and_(Contact.org_id == Conversation.org_id, Contact.id == Conversation.contact_id)
+                    )
+                    .where(Conversation.org_id == request.org_id, Conversation.id == request.conversation_id)
+                    .with_for_update(of=Conversation, key_share=True)
+                )
+            ).one_or_none()
+            if conversation is None or conversation.erased_at is not None:
+                await _count(session, job, usage, cost)  # the call was billed all the same
+                return False
             current = await session.scalar(
                 select(ConversationSummary)
                 .where(

@@ -72,6 +72,7 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
+from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -97,7 +98,7 @@ from switchboard.settings import ServiceSettings
 
 log = get_logger(__name__)
 
-# Key of the session-level advisory lock that elects the one active relay of a
+# Key of the advisory lock (held in the leader's open transaction) that elects the one active relay of a
 # database (advisory locks are per database). Derived from a name so it is stable
 # and unlikely to collide with any other advisory lock user.
 LOCK_KEY: Final = int.from_bytes(hashlib.sha256(b"switchboard:outbox-relay").digest()[:8], "big", signed=True)
@@ -253,6 +254,13 @@ def _conninfo(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+async def _close_quietly(*conns: psycopg.AsyncConnection[Any] | None) -> None:
+    """Close them all, whatever their state; shielded, so a caller cancelled meanwhile still closes them."""
+    closing = [conn.close() for conn in conns if conn is not None]
+    if closing:
+        await asyncio.shield(asyncio.gather(*closing, return_exceptions=True))
+
+
 async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
     """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
     if seconds <= 0 or stop.is_set():
@@ -263,6 +271,8 @@ async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
 
 # Taken inside a transaction the leader keeps open (the module docstring says why).
 _TRY_LOCK = "SELECT pg_try_advisory_xact_lock(%(key)s)"
+# Set in that transaction first: ends it, hence the lock, if its relay stops using it.
+_IDLE_TIMEOUT = "SET LOCAL idle_in_transaction_session_timeout = {ms}"
 
 _FETCH = """
     WITH candidates AS (
@@ -395,6 +405,7 @@ class OutboxRelay:
                 if lock_conn is None:
                     break
                 failed = True
+                led_since = time.monotonic()
                 try:
                     await self._lead(lock_conn, stop)
                     failed = False
@@ -410,6 +421,8 @@ class OutboxRelay:
                 finally:
                     # Release the lock before any backoff, so a healthy instance can take over.
                     await self._step_down(lock_conn)
+                if failed and time.monotonic() - led_since > self._settings.retry_backoff_max_s:
+                    backoff = self._settings.retry_backoff_s  # it had led well: a fresh failure, not a streak
                 if failed:
                     await _sleep_unless(stop, backoff)
                     backoff = min(backoff * 2, self._settings.retry_backoff_max_s)
@@ -426,16 +439,21 @@ class OutboxRelay:
         waiting_logged = False
         while not stop.is_set():
             conn: psycopg.AsyncConnection[Any] | None = None
+            leading = False
             try:
                 conn = await self._connect(autocommit=False)
                 self._connected = True
                 backoff = settings.retry_backoff_s
                 while not stop.is_set():
                     # The transaction stays open while this relay leads: it holds the lock (docstring).
+                    # Should this relay be cut off, the server ends the idle transaction, hence the lock,
+                    # after this long: its own TCP keepalives do not reach through a pooler.
+                    await conn.execute(_IDLE_TIMEOUT.format(ms=self._lock_idle_timeout_ms()), prepare=False)
                     cursor = await conn.execute(_TRY_LOCK, {"key": LOCK_KEY}, prepare=False)
                     row = await cursor.fetchone()
                     if row is not None and row[0]:
                         log.info("outbox relay acquired the lock; leading", extra={"pid": os.getpid()})
+                        leading = True
                         return conn
                     await conn.rollback()
                     if not waiting_logged:
@@ -450,14 +468,22 @@ class OutboxRelay:
                 )
                 await _sleep_unless(stop, backoff)
                 backoff = min(backoff * 2, settings.retry_backoff_max_s)
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    await conn.close()
+            finally:
+                if conn is not None and not leading:
+                    await _close_quietly(conn)
         return None
 
+    def _lock_idle_timeout_ms(self) -> int:
+        """How long the lock's transaction may sit unused: longer than the leader ever goes without a
+        check (a batch waits for the broker up to ``request_timeout_s``), twice over."""
+        settings = self._settings
+        return int(2 * (settings.request_timeout_s + settings.lock_check_s + settings.lock_check_timeout_s) * 1000)
+
     async def _connect(self, *, autocommit: bool) -> psycopg.AsyncConnection[Any]:
-        """A connection of the relay's own (never from a pool)."""
-        return await psycopg.AsyncConnection.connect(
+        """A connection of the relay's own (never from a pool). READ COMMITTED whatever the database's
+        default: the lock's long transaction must take a fresh snapshot per statement and hold none
+        between them, or it would hold back vacuum for as long as the relay leads."""
+        conn = await psycopg.AsyncConnection.connect(
             _conninfo(self._url),
             autocommit=autocommit,
             connect_timeout=10,
@@ -472,6 +498,12 @@ class OutboxRelay:
             row_factory=namedtuple_row,
             prepare_threshold=self._settings.database.prepare_threshold,
         )
+        try:
+            await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
+        except BaseException:
+            await _close_quietly(conn)
+            raise
+        return conn
 
     async def _step_down(self, lock_conn: psycopg.AsyncConnection[Any]) -> None:
         """Stop the producer and close both connections (closing the lock's ends its transaction and
@@ -484,16 +516,17 @@ class OutboxRelay:
         # Only the leader reports the backlog: a follower's stale numbers would mislead max().
         OUTBOX_BACKLOG.set(0)
         OUTBOX_OLDEST_AGE.set(0)
-        if self._producer is not None:
-            producer, self._producer = self._producer, None
-            # Sends still in flight here were never marked: they are published again later.
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.stop(), timeout=self._settings.stop_timeout_s)
-        for conn in (work, lock_conn):
-            if conn is not None:
+        try:
+            if self._producer is not None:
+                producer, self._producer = self._producer, None
+                # Sends still in flight here were never marked: they are published again later.
                 with contextlib.suppress(Exception):
-                    await conn.close()
-        self._connected = False
+                    await asyncio.wait_for(producer.stop(), timeout=self._settings.stop_timeout_s)
+        finally:
+            # Even when cancelled (a stop() out of time): an unclosed lock connection would keep the
+            # lock, idle in transaction, until the server's timeout ended it.
+            self._connected = False
+            await _close_quietly(work, lock_conn)
 
     # ------------------------------------------------------------------ leading
 
@@ -591,6 +624,9 @@ class OutboxRelay:
     async def _check_lock(self, lock_conn: psycopg.AsyncConnection[Any]) -> None:
         """A round trip in the lock's transaction: if it fails, the lock may be someone else's. Its
         statement runs in the transaction that holds the lock, so an answer proves the lock is ours."""
+        if lock_conn.info.transaction_status != TransactionStatus.INTRANS:
+            # Ended (or failed): a SELECT now would begin a new transaction, without the lock.
+            raise LeadershipLost(f"the lock's transaction is {lock_conn.info.transaction_status.name}")
         try:
             await asyncio.wait_for(
                 lock_conn.execute("SELECT 1", prepare=False), timeout=self._settings.lock_check_timeout_s

@@ -159,9 +159,16 @@ def clear_memory(
     summary job folds the older messages again from the first one; a job already under way that
     extends the cleared text does not store it (``services/runner/summary.py``). A run under way
     may write a new note afterwards: that one holds its own, newer conclusions. The summary is
-    deleted before its copy on the conversation, the summary job's lock order.
+    cleared under the conversation's lock, the order of the summary job and the erasure.
     """
-    get_conversation(session, org_id=org_id, conversation_id=conversation_id)  # 404 for another org's
+    # The conversation first (404 for another org's), then its memory: every writer's lock order.
+    locked = session.scalar(
+        select(Conversation.id)
+        .where(Conversation.org_id == org_id, Conversation.id == conversation_id)
+        .with_for_update(key_share=True)
+    )
+    if locked is None:
+        raise NotFound("No such conversation")
     details: dict[str, object]
     if part is MemoryPart.SUMMARY:
         summary = session.execute(

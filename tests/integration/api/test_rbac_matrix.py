@@ -83,6 +83,7 @@ POLICY: dict[tuple[str, str], Need] = {
     ("POST", "/api/v1/memory/facts"): "manager",
     ("DELETE", "/api/v1/memory/facts/{fact_id}"): "manager",
     ("GET", "/api/v1/conversations/{conversation_id}/memory"): "manager",
+    ("DELETE", "/api/v1/conversations/{conversation_id}/memory/{part}"): "manager",
     ("POST", "/api/v1/conversations/{conversation_id}:wake"): "manager",
     ("GET", "/api/v1/org-webhook"): "manager",
     ("PUT", "/api/v1/org-webhook"): "admin_mfa",
@@ -185,6 +186,7 @@ async def test_role_matrix(
 ) -> None:
     role, mfa = CALLERS[caller]
     concrete = re.sub(r"\{provider\}", "openai", path)
+    concrete = re.sub(r"\{part\}", "summary", concrete)
     concrete = re.sub(r"\{[^}]+\}", str(uuid.uuid4()), concrete)
     response = await client.request(
         method,

@@ -10,6 +10,7 @@ import json
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import select, text, update
@@ -72,6 +73,25 @@ async def summary_of(rh: RunnerHarness, agent: Agent, *, revision: int = 1) -> C
 
 def is_summary(received: Received) -> bool:
     return "Summarization task" in json.dumps(received.body.get("system"))
+
+
+async def run_while_a_summary_waits(rh: RunnerHarness, agent: Agent, summary: str) -> tuple[Any, Received]:
+    """Run a reply whose summary job's model answers ``summary`` a second late; return the run and the
+    summary request once the job is waiting on it (what a test does meanwhile races the job)."""
+
+    def script(received: Received) -> Reply:
+        if is_summary(received):
+            return Reply(text=summary, input_tokens=300, output_tokens=9, delay_s=1.0)
+        return Reply(text="Certo!", input_tokens=10, output_tokens=5)
+
+    rh.fake.script(script)
+    seen = len(rh.fake.received)
+    run = await rh.run(run_request(agent, [inbound(rh.db, agent, "Pode mandar?")]))
+    deadline = time.monotonic() + 10
+    while not any(is_summary(r) for r in rh.fake.received[seen:]):
+        assert time.monotonic() < deadline, "no summary job started"
+        await asyncio.sleep(0.02)
+    return run, next(r for r in rh.fake.received[seen:] if is_summary(r))
 
 
 async def test_a_long_conversation_gets_a_summary_after_the_reply_without_delaying_it(rh: RunnerHarness) -> None:
@@ -267,19 +287,7 @@ async def test_a_summary_cleared_while_a_job_extends_it_does_not_come_back(rh: R
         )
         session.execute(update(Conversation).where(Conversation.id == agent.conversation_id).values(summary=wrong))
 
-    def script(received: Received) -> Reply:
-        if is_summary(received):  # slow: the summary is cleared while the job waits for it
-            return Reply(text="Wants beer; asked for red wine.", input_tokens=300, output_tokens=9, delay_s=1.0)
-        return Reply(text="Certo!", input_tokens=10, output_tokens=5)
-
-    rh.fake.script(script)
-    seen = len(rh.fake.received)
-    run = await rh.run(run_request(agent, [inbound(rh.db, agent, "Pode mandar?")]))
-    deadline = time.monotonic() + 10
-    while not any(is_summary(r) for r in rh.fake.received[seen:]):
-        assert time.monotonic() < deadline, "no summary job started"
-        await asyncio.sleep(0.02)
-    request = next(r for r in rh.fake.received[seen:] if is_summary(r))
+    run, request = await run_while_a_summary_waits(rh, agent, "Wants beer; asked for red wine.")
     assert wrong in json.dumps(request.body), "the job extends the stored summary"
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
         assert clear_memory(
@@ -292,3 +300,22 @@ async def test_a_summary_cleared_while_a_job_extends_it_does_not_come_back(rh: R
         assert session.get_one(Conversation, agent.conversation_id).summary is None
     usage = rh.usage(agent.org_id)
     assert usage is not None and usage.input_tokens == run.tokens_in + 300, "the billed call is counted"
+
+
+async def test_a_summary_job_that_read_a_customer_erased_meanwhile_stores_nothing(rh: RunnerHarness) -> None:
+    """The erasure removes the summary; a job that read the customer's messages before it and answers
+    after it must not write their paraphrase back (docs/api.md "Erasing a contact")."""
+    from services.api.contacts.erasure import erase_contact
+
+    agent = create_agent(rh.db)
+    window(rh, agent, 2)
+    past_messages(rh, agent, ["Oi, sou a Ana", "Olá!", "Moro na Rua Augusta 12", "Anotado.", "Tinto", "Certo."])
+
+    await run_while_a_summary_waits(rh, agent, "Ana lives at Rua Augusta 12.")
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        erase_contact(session, agent.org_id, agent.contact_id, actor_user_id=None, request_id="test")
+    await rh.runner.summarizer.wait_idle()  # type: ignore[union-attr]
+
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        assert session.get(ConversationSummary, agent.conversation_id) is None, "the erased customer came back"
+        assert session.get_one(Conversation, agent.conversation_id).summary is None

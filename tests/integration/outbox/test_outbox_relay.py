@@ -12,6 +12,8 @@ import signal
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -358,7 +360,7 @@ async def test_through_a_transaction_pooler_one_relay_leads_and_its_lock_holds_b
     which pins its server session through the pooler."""
     writer = Writer(outbox_db, topics)
     keys = [uuid.uuid4() for _ in range(4)]
-    with pgbouncer(outbox_db.app_url, pool_mode="transaction", pool_size=2) as pooled:
+    with _default_isolation(outbox_db, "repeatable read"), pgbouncer(outbox_db.app_url, pool_size=2) as pooled:
         settings = relay_settings(outbox_db, topics, database=DatabaseSettings(url=pooled.render_as_string()))
         async with running_relay(settings) as first:
             await wait_until(lambda: first.leading, timeout_s=15, what="a leader through the pooler")
@@ -380,6 +382,64 @@ async def test_through_a_transaction_pooler_one_relay_leads_and_its_lock_holds_b
     records = await read_topic(topics, Topics.RUN_STARTED.name)
     assert len(records) == 120, "each row published once"
     assert _first_sightings(records, Serde.from_settings(topics)) == writer.per_key()
+
+
+async def test_a_frozen_leader_loses_the_lock_to_its_idle_timeout_and_a_follower_takes_over(
+    outbox_db: MigratedDatabase, topics: KafkaSettings
+) -> None:
+    """A leader that stops running (SIGSTOP: a frozen VM, a debugger) keeps its TCP connections
+    alive, so no keepalive ends its session, and behind a pooler none reaches the server at all:
+    the lock's transaction ends after the idle timeout the relay set in it, and a follower leads."""
+    writer = Writer(outbox_db, topics)
+    keys = [uuid.uuid4() for _ in range(3)]
+    # Idle timeout = 2 * (request timeout + check interval + check timeout) = 5 s.
+    timing = {
+        "OUTBOX_RELAY_REQUEST_TIMEOUT_S": "1",
+        "OUTBOX_RELAY_LOCK_CHECK_S": "0.5",
+        "OUTBOX_RELAY_LOCK_CHECK_TIMEOUT_S": "1",
+    }
+    with relay_processes(outbox_db, topics, count=2, **timing) as relays:
+        for relay in relays:
+            wait_healthy(relay)
+        await wait_until(lambda: lock_holder_pid(outbox_db) is not None, timeout_s=15, what="a leader")
+        leader_pid = lock_holder_pid(outbox_db)
+        leader, follower = sorted(relays, key=lambda r: r.pid != leader_pid)
+        writer.commit(keys)
+        await wait_until(lambda: pending_count(outbox_db) == 0, timeout_s=15, what="the leader drained the outbox")
+
+        os.kill(leader.pid, signal.SIGSTOP)
+        try:
+            frozen_at = time.monotonic()
+            await wait_until(lambda: lock_holder_pid(outbox_db) == follower.pid, timeout_s=25, what="takeover")
+            takeover_s = time.monotonic() - frozen_at
+            for _ in range(10):
+                writer.commit(keys)
+            await wait_until(lambda: pending_count(outbox_db) == 0, timeout_s=15, what="the follower drained it")
+        finally:
+            os.kill(leader.pid, signal.SIGCONT)
+        await asyncio.sleep(2)  # the old leader runs again and finds its lock gone
+        assert lock_holder_pid(outbox_db) == follower.pid
+        assert leader.metric("switchboard_outbox_relay_leader") == 0
+        assert follower.metric("switchboard_outbox_relay_leader") == 1
+    assert 4 < takeover_s < 15, takeover_s
+
+    records = await read_topic(topics, Topics.RUN_STARTED.name)
+    assert _first_sightings(records, Serde.from_settings(topics)) == writer.per_key()
+
+
+@contextmanager
+def _default_isolation(db: MigratedDatabase, level: str) -> Iterator[None]:
+    """A database whose sessions start at ``level`` (a setting some operators choose): the relay's
+    long lock transaction must still hold no snapshot between its statements."""
+    with db.owner_engine.connect() as conn:
+        conn.execute(text(f"ALTER DATABASE {db.name} SET default_transaction_isolation = '{level}'"))
+        conn.commit()
+    try:
+        yield
+    finally:
+        with db.owner_engine.connect() as conn:
+            conn.execute(text(f"ALTER DATABASE {db.name} RESET default_transaction_isolation"))
+            conn.commit()
 
 
 async def _idle_lock_session(db: MigratedDatabase) -> Any:
