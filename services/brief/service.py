@@ -45,7 +45,10 @@ class Brief:
         settings = self.settings
         catalog = load_catalog()
         engine = create_async_engine(
-            settings.database.url.get_secret_value(), pool_size=settings.db_pool_size, max_overflow=0
+            settings.database.url.get_secret_value(),
+            pool_size=settings.db_pool_size,
+            max_overflow=0,
+            prepared_statements=settings.database.prepared_statements,
         )
         sessions = create_async_sessionmaker(engine)
         serde = Serde.from_settings(settings.kafka)

@@ -91,7 +91,9 @@ class Dispatcher:
         self.producer = RecordProducer(kafka, service=SERVICE, serde=self.serde, linger_ms=1)
         self.output_producer = RecordProducer(kafka, service=SERVICE, serde=self.serde, linger_ms=1)
         self.engine = create_async_engine(
-            settings.database.url.get_secret_value(), pool_size=settings.database.pool_size
+            settings.database.url.get_secret_value(),
+            pool_size=settings.database.pool_size,
+            prepared_statements=settings.database.prepared_statements,
         )
         self.index = AgentIndex()
         self.feed = PublishedFeed(kafka, self.serde, self.index)

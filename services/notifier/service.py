@@ -60,7 +60,11 @@ class Notifier:
 
     async def serve(self, stop: asyncio.Event) -> None:
         settings = self.settings
-        engine = create_async_engine(settings.database.url.get_secret_value(), pool_size=settings.db_pool_size)
+        engine = create_async_engine(
+            settings.database.url.get_secret_value(),
+            pool_size=settings.db_pool_size,
+            prepared_statements=settings.database.prepared_statements,
+        )
         serde = Serde.from_settings(settings.kafka)
         producer = RecordProducer(settings.kafka, service=SERVICE, serde=serde)
         # Every call this client makes goes to a URL a tenant set, except the platform's own WAHA.

@@ -96,6 +96,7 @@ class Runner:
             settings.database.url.get_secret_value(),
             pool_size=settings.db_pool_size,
             max_overflow=settings.db_pool_size,
+            prepared_statements=settings.database.prepared_statements,
         )
         serde = Serde.from_settings(settings.kafka)
         producer = RecordProducer(settings.kafka, service=SERVICE, serde=serde)

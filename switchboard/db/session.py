@@ -56,23 +56,29 @@ def normalize_url(url: str | URL) -> URL:
     return parsed.set(drivername=DRIVER)
 
 
-def _connect_args(kwargs: dict[str, Any]) -> None:
-    """``DATABASE_PREPARED_STATEMENTS=false`` reaches every connection an engine opens."""
-    threshold = DatabaseSettings().prepare_threshold
-    if threshold is None:
+def _connect_args(kwargs: dict[str, Any], prepared_statements: bool | None) -> None:
+    """``DATABASE_PREPARED_STATEMENTS=false`` reaches every connection an engine opens: the caller's
+    settings say it, or (tools, migrations) the environment."""
+    if prepared_statements is None:
+        prepared_statements = DatabaseSettings().prepared_statements
+    if not prepared_statements:
         kwargs.setdefault("connect_args", {}).setdefault("prepare_threshold", None)
 
 
-def create_engine(url: str | URL, *, pool_size: int = 5, **kwargs: Any) -> Engine:
+def create_engine(
+    url: str | URL, *, pool_size: int = 5, prepared_statements: bool | None = None, **kwargs: Any
+) -> Engine:
     """A sync engine on psycopg 3 with pre-ping, so a restarted database is survived."""
     kwargs.setdefault("pool_pre_ping", True)
-    _connect_args(kwargs)
+    _connect_args(kwargs, prepared_statements)
     if kwargs.get("poolclass") is None:
         kwargs.setdefault("pool_size", pool_size)
     return sqlalchemy.create_engine(normalize_url(url), **kwargs)
 
 
-def create_async_engine(url: str | URL, *, pool_size: int = 5, **kwargs: Any) -> AsyncEngine:
+def create_async_engine(
+    url: str | URL, *, pool_size: int = 5, prepared_statements: bool | None = None, **kwargs: Any
+) -> AsyncEngine:
     """The asyncio engine of the services (psycopg 3 async; same URL; needs greenlet).
 
     No pre-ping: it is one more round trip on every checkout — measured here, a tenant
@@ -85,7 +91,7 @@ def create_async_engine(url: str | URL, *, pool_size: int = 5, **kwargs: Any) ->
     from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
     kwargs.setdefault("pool_pre_ping", False)
-    _connect_args(kwargs)
+    _connect_args(kwargs, prepared_statements)
     if kwargs.get("poolclass") is None:
         kwargs.setdefault("pool_size", pool_size)
     return sa_create_async_engine(normalize_url(url), **kwargs)

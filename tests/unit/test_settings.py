@@ -39,12 +39,16 @@ def test_development_tolerates_placeholders() -> None:
         require_real_secret("X", SecretStr("change-me"), RuntimeSettings(env=Environment.PRODUCTION))
 
 
-@pytest.mark.parametrize(("value", "threshold"), [("true", 5), ("false", None)])
+@pytest.mark.parametrize(
+    ("environment", "caller", "threshold"),
+    [("true", None, 5), ("false", None, None), ("true", False, None), ("false", True, 5)],
+)
 def test_prepared_statements_off_reaches_the_connections_an_engine_opens(
-    monkeypatch: pytest.MonkeyPatch, value: str, threshold: int | None
+    monkeypatch: pytest.MonkeyPatch, environment: str, caller: bool | None, threshold: int | None
 ) -> None:
     """Behind a pooler that cannot follow prepared statements, no connection of ours may prepare one
-    (the API through a real PgBouncer: tests/integration/api/test_through_a_pooler.py)."""
+    (the API through a real PgBouncer: tests/integration/api/test_through_a_pooler.py). The caller's
+    settings decide; without them (tools, migrations), the environment."""
     import psycopg
 
     from switchboard.db.session import create_engine
@@ -55,8 +59,9 @@ def test_prepared_statements_off_reaches_the_connections_an_engine_opens(
         seen.update(kwargs)
         raise ConnectionRefusedError("no database in a unit test")
 
-    monkeypatch.setenv("DATABASE_PREPARED_STATEMENTS", value)
+    monkeypatch.setenv("DATABASE_PREPARED_STATEMENTS", environment)
     monkeypatch.setattr(psycopg, "connect", connect)
+    engine = create_engine("postgresql+psycopg://app:secret@127.0.0.1:5432/db", prepared_statements=caller)
     with pytest.raises(Exception, match="no database in a unit test"):
-        create_engine("postgresql+psycopg://app:secret@127.0.0.1:5432/db").connect()
+        engine.connect()
     assert seen.get("prepare_threshold", 5) == threshold

@@ -27,7 +27,11 @@ class Database:
 
     @classmethod
     def connect(cls, settings: DatabaseSettings) -> Database:
-        engine = create_async_engine(settings.url.get_secret_value(), pool_size=settings.pool_size)
+        engine = create_async_engine(
+            settings.url.get_secret_value(),
+            pool_size=settings.pool_size,
+            prepared_statements=settings.prepared_statements,
+        )
         return cls(engine=engine, sessions=create_async_sessionmaker(engine))
 
     async def dispose(self) -> None:

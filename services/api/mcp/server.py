@@ -206,7 +206,11 @@ class McpToolServer:
     """The server as an ASGI app, with its database pool."""
 
     def __init__(self, *, database: DatabaseSettings, secret: bytes, path: str = "/mcp") -> None:
-        self._engine: AsyncEngine = create_async_engine(database.url.get_secret_value(), pool_size=database.pool_size)
+        self._engine: AsyncEngine = create_async_engine(
+            database.url.get_secret_value(),
+            pool_size=database.pool_size,
+            prepared_statements=database.prepared_statements,
+        )
         self.mcp = build_server(CrmTools(create_async_sessionmaker(self._engine)), secret)
         inner = self.mcp.streamable_http_app(
             streamable_http_path=path,
