@@ -466,6 +466,8 @@ class OutboxRelay:
                     "outbox relay cannot reach PostgreSQL; retrying",
                     extra={"error": scrub_text(str(exc)), "retry_in_s": backoff},
                 )
+                await _close_quietly(conn)  # not kept open through the pause
+                conn = None
                 await _sleep_unless(stop, backoff)
                 backoff = min(backoff * 2, settings.retry_backoff_max_s)
             finally:
