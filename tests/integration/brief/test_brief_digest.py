@@ -403,3 +403,23 @@ async def test_a_handed_back_last_attempt_closed_by_the_dispatcher_keeps_what_it
             )
         ).one()
     assert (payload["tokens_in"], payload["tokens_out"], payload["handed_back"]) == (1_200, 80, False)
+
+
+def test_the_days_totals_join_the_refused_replies_once_not_once_per_run(stack: StackEndpoints) -> None:
+    """The pulse is recounted on every batch. A per-run lookup of refused replies, planned while
+    ``run_deliveries`` looked empty, scanned it once per run (90 ms a batch at 660 runs, growing with
+    the square of the day's runs): the plan must read the refused replies once, whatever it guesses."""
+    from sqlalchemy import text
+
+    from services.brief.store import _RUN_TOTALS
+    from tests.support.api import create_org
+
+    org = create_org(stack.database_url, name="Plan Org")
+    with tenant_session(org) as session:
+        plan = "\n".join(
+            session.execute(
+                text(f"EXPLAIN {_RUN_TOTALS.text}"), {"org_id": org.org_id, "day": date.today(), "kind": "run"}
+            ).scalars()
+        )
+    assert "SubPlan" not in plan, plan
+    assert plan.count("run_deliveries") == 1, plan
