@@ -269,10 +269,12 @@ async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), timeout=seconds)
 
 
-# Taken inside a transaction the leader keeps open (the module docstring says why).
-_TRY_LOCK = "SELECT pg_try_advisory_xact_lock(%(key)s)"
-# Set in that transaction first: ends it, hence the lock, if its relay stops using it.
-_IDLE_TIMEOUT = "SET LOCAL idle_in_transaction_session_timeout = {ms}"
+# Taken inside a transaction the leader keeps open (the module docstring says why), with that
+# transaction's idle timeout, which ends it, hence the lock, if its relay stops using it.
+_TRY_LOCK = """
+    SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true),
+           pg_try_advisory_xact_lock(%(key)s) AS locked
+"""
 
 _FETCH = """
     WITH candidates AS (
@@ -448,10 +450,11 @@ class OutboxRelay:
                     # The transaction stays open while this relay leads: it holds the lock (docstring).
                     # Should this relay be cut off, the server ends the idle transaction, hence the lock,
                     # after this long: its own TCP keepalives do not reach through a pooler.
-                    await conn.execute(_IDLE_TIMEOUT.format(ms=self._lock_idle_timeout_ms()), prepare=False)
-                    cursor = await conn.execute(_TRY_LOCK, {"key": LOCK_KEY}, prepare=False)
+                    cursor = await conn.execute(
+                        _TRY_LOCK, {"key": LOCK_KEY, "idle_ms": str(self._lock_idle_timeout_ms())}, prepare=False
+                    )
                     row = await cursor.fetchone()
-                    if row is not None and row[0]:
+                    if row is not None and row.locked:
                         log.info("outbox relay acquired the lock; leading", extra={"pid": os.getpid()})
                         leading = True
                         return conn
@@ -584,7 +587,6 @@ class OutboxRelay:
             now = time.monotonic()
             if now >= self._next_lock_check:
                 await self._check_lock(lock_conn)
-                self._next_lock_check = now + settings.lock_check_s
             if now < self._holds.paused_until:
                 await _sleep_unless(stop, min(self._holds.paused_until - now, settings.lock_check_s))
                 continue
