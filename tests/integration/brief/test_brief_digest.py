@@ -4,8 +4,8 @@ and replaying the topics from the start with a fresh consumer group gives it aga
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, date, datetime
 from collections.abc import Iterator
+from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
