@@ -42,6 +42,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from bench import cpu
+from bench.e2e_history import seed_baseline_history, seed_history
 from bench.e2e_load import Target, chat_ids, send_open_loop, wait_replies
 from bench.e2e_stages import stage_lines
 from bench.e2e_stats import Summary, match, measurements, summarize
@@ -204,6 +205,8 @@ async def run_switchboard(
             dispatcher_metrics_url=topology.metrics_urls["dispatcher"],
         )
     raise_rate_limit(scratch.owner_url, org.org_id)
+    if args.history:
+        await asyncio.to_thread(seed_history, scratch.owner_url, org.org_id)
     target = Target(topology.api_url + bootstrap.WEBHOOK_PATH, org.session_name, org.webhook_secret)
     await warm_up(target, topology.channel_url, args, phase=1)
     since = datetime.now(UTC)
@@ -229,6 +232,8 @@ async def run_baseline(
     secret = secrets.token_hex(16)
     port = processes.pick_port()
     with dispatch.scratch_database() as url:
+        if args.history:
+            await asyncio.to_thread(seed_baseline_history, url)
         dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         command = [sys.executable, "-m", "bench.e2e_baseline", "--port", str(port), "--channel-url", channel_url]
         command += ["--session", "e2e-baseline", "--interval", str(args.poll_interval)]
@@ -286,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain", type=float, default=60.0, help="seconds to wait for the last replies")
     parser.add_argument("--partitions", type=int, default=6, help="partitions of the conversation topics")
     parser.add_argument("--poll-interval", type=float, default=0.1, help="the baseline poller's interval, seconds")
+    parser.add_argument(
+        "--no-history",
+        dest="history",
+        action="store_false",
+        help="start from empty tables (by default each database gets a past first: bench/e2e_history.py)",
+    )
     parser.add_argument("--run-dir", type=Path, default=RUN_DIR, help="where the processes' logs go")
     add_common_arguments(parser, argv, smoke=SMOKE)
     args = parser.parse_args(argv)
