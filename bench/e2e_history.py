@@ -8,10 +8,13 @@ its terminal update then scan tables that grow by hundreds of rows a second: mea
 2026-12-04 with pg_stat_statements at 30 msg/s over 20 s, 1,931, 1,042 and 365 buffers per
 call, each reading a little more than the call before. A deployment's tables are large and
 analyzed, and these statements are index lookups there. So before the warm-up the org gets
-a past — contacts, conversations, their messages, the runs that answered them and the
-runs' deliveries, all two days old and finished — and the database is analyzed, as
-autovacuum would have done long before. The history is in chats the load never writes to,
-before today (the brief's day and the pulse count nothing of it).
+a past — contacts, conversations, their messages, the runs that answered them, the
+runs' deliveries and the outbox rows the relay published for them (it keeps them a week),
+all two days old and finished — and the database is analyzed, as autovacuum would have
+done long before. Analyzed without that outbox, the relay's statements went the other way:
+statistics of an outbox of a few rows made them sequential scans of a table that grew. The
+history is in chats the load never writes to, before today (the brief's day and the pulse
+count nothing of it).
 """
 
 from __future__ import annotations
@@ -76,6 +79,11 @@ WITH owner AS (
            owner.session_id, x.inbound_id, ARRAY[x.inbound_id], x.reply_id, 'completed', 'completed',
            'demo', 'demo', 1, 120, 12, 4, 'Hoje abrimos das 9h às 18h.', x.at, x.at, x.at, x.at
     FROM exchanges AS x CROSS JOIN owner
+), outbox_added AS (
+    -- The relay keeps published rows for a week (OutboxRelaySettings.retention): three per answer.
+    INSERT INTO outbox (topic, key, payload, created_at, published_at)
+    SELECT topic, convert_to(x.conversation_id::text, 'UTF8'), convert_to(repeat('x', 300), 'UTF8'), x.at, x.at
+    FROM exchanges AS x CROSS JOIN unnest(ARRAY['dispatch_requested', 'run_started', 'run_completed']) AS topic
 )
 INSERT INTO run_deliveries (org_id, run_id, message_id, kind, channel, status, attempts,
                             completed_at, created_at, updated_at)
