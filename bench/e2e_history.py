@@ -80,9 +80,11 @@ WITH owner AS (
            'demo', 'demo', 1, 120, 12, 4, 'Hoje abrimos das 9h às 18h.', x.at, x.at, x.at, x.at
     FROM exchanges AS x CROSS JOIN owner
 ), outbox_added AS (
-    -- The relay keeps published rows for a week (OutboxRelaySettings.retention): three per answer.
+    -- The relay keeps published rows for a week (OutboxRelaySettings.retention): three per answer,
+    -- on topic names nothing reads (their payloads are filler, not records).
     INSERT INTO outbox (topic, key, payload, created_at, published_at)
-    SELECT topic, convert_to(x.conversation_id::text, 'UTF8'), convert_to(repeat('x', 300), 'UTF8'), x.at, x.at
+    SELECT 'history.' || topic, convert_to(x.conversation_id::text, 'UTF8'), convert_to(repeat('x', 300), 'UTF8'),
+           x.at, x.at
     FROM exchanges AS x CROSS JOIN unnest(ARRAY['dispatch_requested', 'run_started', 'run_completed']) AS topic
 )
 INSERT INTO run_deliveries (org_id, run_id, message_id, kind, channel, status, attempts,
