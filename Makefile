@@ -27,7 +27,7 @@ venv: $(STAMP) ## create .venv and install the project with its dev dependencies
 up: venv ## start Kafka + PostgreSQL, create topics, migrate, write var/stack.env (idempotent)
 	@bash $(STACK) up
 
-down: ## stop the demo's processes, Kafka and PostgreSQL (nothing is left listening)
+down: ## stop the services (make demo / make services), Kafka and PostgreSQL (nothing is left listening)
 	@bash $(STACK) down
 
 status: ## show what runs
@@ -38,6 +38,9 @@ clean: ## stop everything and delete local data (var/)
 
 demo: up ## the five services and scripted customer conversations; runs until `make down`
 	@$(PY) -m scripts.demo
+
+services: up ## the five services (and the local channel server) with nothing played; runs until `make down`
+	@$(PY) -m scripts.demo services
 
 test: venv ## run the whole test suite against a real broker and database (stops a running demo first)
 	@# A running demo shares the stack's database: its relay and workers would act on the tests' rows.
