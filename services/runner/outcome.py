@@ -16,6 +16,7 @@ was delivered: a run that ends without a reply is ``completed`` / ``empty`` /
 | doom loop (> 5 identical calls)           | aborted   | looping    | -                 |
 | silence watchdog                          | aborted   | stalled    | silentRun         |
 | interrupt from steering                   | aborted   | alive      | -                 |
+| paused on a proposal, awaiting approval   | aborted   | blocked    | -                 |
 | people own the conversation (not run)     | aborted   | completed  | -                 |
 | provider errors after retries             | failed    | failed     | transientUpstream |
 | invalid / revoked key, bad request, bug   | failed    | failed     | unknown           |
@@ -30,6 +31,7 @@ from enum import StrEnum
 from services.runner.providers.base import TokenUsage
 from switchboard import run_outcomes
 from switchboard.contracts.enums import ErrorFamily, HandoffTrigger, RunStatus, Urgency, Vitality
+from switchboard.db.enums import AWAITING_APPROVAL
 
 
 class OutcomeKind(StrEnum):
@@ -121,6 +123,9 @@ _ABORT_FAMILIES = {
     LOOPING: (Vitality.LOOPING, None),
     SILENCE_TIMEOUT: (Vitality.STALLED, ErrorFamily.SILENT_RUN),
     INTERRUPTED: (Vitality.ALIVE, None),
+    # Nothing went wrong: the run waits for the owner's decision (services/runner/autonomy.py), as a
+    # handoff waits for people — blocked, not stalled, and no error family.
+    AWAITING_APPROVAL: (Vitality.BLOCKED, None),
     ALREADY_ANSWERED: (Vitality.COMPLETED, None),
     CLASSIFICATION_MISMATCH: (Vitality.COMPLETED, None),
     WITH_HUMANS: (Vitality.COMPLETED, None),

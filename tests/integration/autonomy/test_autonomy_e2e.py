@@ -18,7 +18,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from switchboard.contracts import DispatchRequested, Insight, Record, RunCompleted, RunRequested, Serde, Topics
-from switchboard.contracts.enums import InsightKind, WakeReason
+from switchboard.contracts.enums import InsightKind, Vitality, WakeReason
 from switchboard.db.models import OutboxEvent
 from switchboard.db.session import tenant_transaction
 from switchboard.tool_catalog import SCHEDULE_FOLLOWUP, SEND_WHATSAPP_MESSAGE
@@ -290,6 +290,8 @@ async def test_pause_parks_the_run_and_the_decision_resumes_it(
     assert rh.runner is not None and rh.runner.supervisor is not None and rh.runner.supervisor.in_flight == 0
     parked = next(r for r in _outbox(rh, agent.conversation_id, Topics.RUN_COMPLETED) if isinstance(r, RunCompleted))
     assert parked.run_id == request.run_id and parked.abort_reason == "awaiting_approval" and parked.final_text is None
+    # Waiting for the owner is not a fault: blocked, no error family (as a handoff waits for people).
+    assert (parked.vitality, parked.error_family) == (Vitality.BLOCKED, None)
     decision_id = _rows(rh, org.org_id, "SELECT id FROM agent_decisions WHERE run_id = :r", r=request.run_id)[0]["id"]
     # The runs API shows the parked run as such, and can filter on it.
     shown = await api.get(f"/api/v1/runs/{request.run_id}", headers=org.headers())
