@@ -48,7 +48,7 @@ from services.runner.providers.base import (
     ToolSpec,
     UserMessage,
 )
-from services.runner.subject import HistoryItem, RunSubject
+from services.runner.subject import ConversationInfo, HistoryItem, RunSubject
 from switchboard.tool_catalog import CONVERSATION_HISTORY, REQUEST_HUMAN_HANDOFF, TOOL_KINDS
 
 LITERAL_HISTORY_WINDOW_CHARS = 50_000
@@ -268,7 +268,10 @@ class HistoryBuilder:
             # One more than the window: whether older messages exist is then known, not guessed.
             loaded = await self._loader(subject, window + len(answered) + 1)
             items = [i for i in loaded if i.message_id not in answered]
-            kept = history_window(items, messages=window, tokens=subject.version.history_token_window)
+            uncovered = _not_summarized(items, conversation)
+            kept = history_window(uncovered, messages=window, tokens=subject.version.history_token_window)
+            if len(uncovered) < len(items):  # the summary stands for them, and they can be fetched
+                kept = HistoryWindow(kept.kept, older_exist=True)
         draft.history = [
             UserMessage(i.text) if i.direction == "inbound" else AssistantMessage(i.text) for i in kept.kept
         ]
@@ -283,6 +286,16 @@ class HistoryBuilder:
                 else "Older messages are not shown and cannot be fetched in this run."
             )
         draft.layer("Conversation", " ".join(lines))
+
+
+def _not_summarized(items: Sequence[HistoryItem], conversation: ConversationInfo) -> list[HistoryItem]:
+    """The messages the thread summary does not cover. The background job only folds in messages
+    older than the window, but ``/compact`` folds in every one (docs/agent-context.md): without this
+    the next prompt said the same recent turns twice, once in the Memory layer and once verbatim."""
+    through = conversation.summary_through
+    if through is None or not (conversation.summary or "").strip():
+        return list(items)
+    return [item for item in items if (item.occurred_at, item.message_id) > through]
 
 
 class InboundBuilder:

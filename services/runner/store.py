@@ -217,6 +217,7 @@ SELECT
     {version},
     a.name AS agent_name,
     c.id AS c_id, c.chat_id AS c_chat_id, c.channel_session_id AS c_channel_session_id, c.summary AS c_summary,
+    cs.through_occurred_at AS c_summary_through_at, cs.through_message_id AS c_summary_through_id,
     ct.display_name AS contact_name,
     ARRAY(SELECT m.id FROM messages AS m
           WHERE m.org_id = :org_id AND m.id = ANY(CAST(:message_ids AS uuid[]))) AS known_message_ids,
@@ -232,6 +233,7 @@ FROM ai_agent_versions AS v
 LEFT JOIN ai_agents AS a ON a.org_id = v.org_id AND a.id = :agent_id
 LEFT JOIN conversations AS c ON c.org_id = v.org_id AND c.id = :conversation_id
 LEFT JOIN contacts AS ct ON ct.org_id = c.org_id AND ct.id = c.contact_id
+LEFT JOIN conversation_summaries AS cs ON cs.org_id = c.org_id AND cs.conversation_id = c.id
 WHERE v.org_id = :org_id AND v.id = :version_id
 """
     )
@@ -507,6 +509,11 @@ class RunStore:
                 channel_session_id=col["c_channel_session_id"],
                 contact_name=col["contact_name"],
                 summary=col["c_summary"],
+                summary_through=(
+                    (col["c_summary_through_at"], col["c_summary_through_id"])
+                    if col["c_summary_through_at"] is not None
+                    else None
+                ),
             )
         recent = tuple(
             HistoryItem(uuid.UUID(item_id), direction, model_text(kind, body), datetime.fromisoformat(at))

@@ -75,6 +75,8 @@ class ConversationInfo:
     channel_session_id: uuid.UUID
     contact_name: str | None = None
     summary: str | None = None
+    # The newest message the summary covers (occurred_at, id): the history leaves out what it stands for.
+    summary_through: tuple[datetime, uuid.UUID] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,6 +117,17 @@ async def test_compact_summarizes_now_and_never_reaches_the_model_nor_the_messag
     assert rh.scalar(agent.org_id, "SELECT messages_covered FROM conversation_summaries") == 9
     assert "blue sofa" in rh.scalar(agent.org_id, "SELECT summary FROM conversations")
 
+    # The next turn: the summary stands for every message it covers, the recent ones too — they are
+    # in the Memory layer, not repeated verbatim in the transcript (the claim reads the coverage).
+    rh.fake.script([Reply(text="The red one too.")])
+    before = len(rh.fake.received)
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "and the red sofa?")]))
+    (turn,) = rh.fake.received[before:]
+    assert "the red sofa?" in _user_texts(turn)
+    assert "question 3 about the blue sofa" not in _user_texts(turn) and "hi again" not in _user_texts(turn)
+    layers = _layers(row)
+    assert "it is in stock" in layers["Memory"] and "latest 0 earlier message(s)" in layers["Conversation"]
+
 
 async def test_a_customers_compact_is_an_ordinary_message(rh: RunnerHarness) -> None:
     """A summarization run is billed to the business: a customer typing /compact must not start one."""

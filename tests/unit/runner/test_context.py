@@ -184,6 +184,25 @@ async def test_the_answered_messages_are_not_repeated_as_history() -> None:
     assert isinstance(draft.messages[0], UserMessage) and draft.messages[0].text == "old\nnew"
 
 
+async def test_what_the_thread_summary_covers_is_not_repeated_as_history() -> None:
+    """``/compact`` folds every message into the summary, the recent window too: the next prompt
+    says them once (the Memory layer), not a second time verbatim."""
+    items = history(("inbound", "price?"), ("outbound", "R$ 10"), ("inbound", "and red?"))  # newest first
+    covered = items[1]  # the summary reaches "R$ 10"
+    run = subject(items)
+    assert run.conversation is not None
+    through = (covered.occurred_at, covered.message_id)
+    compacted = dataclasses.replace(run, conversation=dataclasses.replace(run.conversation, summary_through=through))
+    draft = await compose(compacted, [spec(CONVERSATION_HISTORY)], default_builders())
+    assert [m.text for m in draft.messages] == ["and red?\nnew"]
+    text = {layer.label: layer.text for layer in draft.system}
+    assert "Asked about prices" in text["Memory"]
+    assert "latest 1 earlier message(s)" in text["Conversation"] and "fetch them" in text["Conversation"]
+    # A cleared summary (no text) leaves out nothing, whatever coverage was recorded.
+    cleared = dataclasses.replace(compacted, conversation=dataclasses.replace(compacted.conversation, summary=None))
+    assert len((await compose(cleared, [], default_builders())).messages) == 3
+
+
 async def test_prompt_record_is_what_the_model_starts_from() -> None:
     draft = await compose(subject(history(("inbound", "a"))), [spec(SEARCH_CONTACTS)], default_builders())
     record = prompt_record(draft.system, draft.messages, draft.tools)
