@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 STACK := scripts/stack/stack.sh
 PYTEST_ARGS ?=
 
-.PHONY: help venv up down status clean demo test test-unit lint check-imports typecheck
+.PHONY: help venv up down status clean demo services test test-unit lint check-imports typecheck
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)

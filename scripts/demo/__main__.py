@@ -48,7 +48,8 @@ def _service_env() -> dict[str, str]:
 
 
 def _write_state(path: Path, state: dict[str, object]) -> None:
-    """``var/demo.json``, readable by its owner only: it holds an admin token."""
+    """``var/demo.json`` or ``var/services.json``, readable by its owner only: they hold an admin
+    token, the channel server's key."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -149,6 +150,16 @@ def _start(
     return topology
 
 
+def _previous_channel_key(state_file: Path) -> str | None:
+    """The channel server's key of the previous ``make services``: a channel session set up
+    against it keeps working after a restart."""
+    try:
+        key = json.loads(state_file.read_text()).get("channel_server_api_key")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return key if isinstance(key, str) and key else None
+
+
 def _shown(path: Path) -> str:
     """A path as the README's commands see it: relative to the repository when inside it."""
     return str(path.relative_to(processes.REPO_ROOT)) if path.is_relative_to(processes.REPO_ROOT) else str(path)
@@ -172,12 +183,14 @@ def run_demo() -> int:
 def run_services(run_dir: Path = RUN_DIR, state_file: Path = SERVICES_FILE, *, preferred: bool = True) -> int:
     """``make services``: the stack and the five services, nothing played, until ``make down``."""
     report = Report()
-    api_key = f"local-{secrets.token_hex(8)}"
+    api_key = _previous_channel_key(state_file) or f"local-{secrets.token_hex(8)}"
     try:
         topology = _start(report, _service_env(), api_key, production=True, run_dir=run_dir, preferred=preferred)
     except RuntimeError as error:
         report.expect("services", "every service came up", False, str(error))
         report.summary()
+        stopped = processes.stop_previous(run_dir)  # what did come up is not left running unsupervised
+        print(f"stopped: {', '.join(stopped) or 'nothing'}; logs in {_shown(run_dir / 'logs')}/")
         return 1
     _write_state(
         state_file,

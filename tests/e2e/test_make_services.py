@@ -31,12 +31,15 @@ async def test_make_services_starts_the_five_services_ready_and_plays_nothing(
     monkeypatch.setenv("KAFKA_TOPIC_PREFIX", e2e_topics.topic_prefix)
     monkeypatch.setenv("KAFKA_CONVERSATION_PARTITIONS", str(e2e_topics.conversation_partitions))
     run_dir, state_file = tmp_path / "services", tmp_path / "services.json"
+    # A previous run's key is kept: a channel session set up against the channel server still works.
+    state_file.write_text(json.dumps({"channel_server_api_key": "local-kept"}))
     pids: dict[str, int] = {}
     try:
         assert await asyncio.to_thread(run_services, run_dir, state_file, preferred=False) == 0
 
         state = json.loads(state_file.read_text())
         assert stat.S_IMODE(state_file.stat().st_mode) == 0o600  # it holds the channel server's key
+        assert state["channel_server_api_key"] == "local-kept"
         async with httpx.AsyncClient(timeout=10) as client:
             assert (await client.get(f"{state['api_url']}/readyz")).status_code == 200
             assert set(state["metrics_urls"]) == SERVICES

@@ -139,6 +139,11 @@ def test_accented_keyword_matches_plain_text() -> None:
             (RunStatus.ABORTED, Vitality.STALLED, ErrorFamily.BUDGET_EXCEEDED),
         ),
         (LoopOutcome(OutcomeKind.ABORTED, abort_reason="looping"), (RunStatus.ABORTED, Vitality.LOOPING, None)),
+        # Paused on a proposal: waiting for the owner, not a fault.
+        (
+            LoopOutcome(OutcomeKind.ABORTED, abort_reason="awaiting_approval"),
+            (RunStatus.ABORTED, Vitality.BLOCKED, None),
+        ),
         (
             LoopOutcome(OutcomeKind.ABORTED, abort_reason="silence_timeout"),
             (RunStatus.ABORTED, Vitality.STALLED, ErrorFamily.SILENT_RUN),
