@@ -20,8 +20,9 @@ Tests drive it in-process::
     sent = await server.wait_for(1, timeout=10)
     await server.stop()
 
-and people run it as ``python -m scripts.channel_server --port 3000 --api-key KEY``,
-which prints each message as it arrives ("→ customer <chatId>: <text>").
+and people run it as ``CHANNEL_SERVER_API_KEY=KEY python -m scripts.channel_server --port 3000``
+(or ``--api-key KEY``, which ``ps`` shows to every local user), which prints each message as
+it arrives ("→ customer <chatId>: <text>").
 
 It also stands in for the business's own side of Switchboard's outgoing webhook (``make
 demo`` points the org webhook here): ``POST /hooks/org`` records each signed event —
@@ -37,6 +38,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import os
 import sys
 import time
 import uuid
@@ -49,6 +51,8 @@ import aiohttp
 from aiohttp import web
 
 # The receipts sent for each delivered text, in order: (ack, ackName).
+# Where the key callers must send comes from when ``--api-key`` is not given.
+API_KEY_ENV = "CHANNEL_SERVER_API_KEY"
 RECEIPTS = ((2, "DEVICE"), (3, "READ"))
 # How long the sendText answer waits for the echo's delivery at most.
 ECHO_WAIT_S = 5.0
@@ -335,8 +339,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="A local WAHA-compatible server that prints what it is sent.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=3000)
-    parser.add_argument("--api-key", required=True, help="the X-Api-Key callers must send")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"the X-Api-Key callers must send (default: ${API_KEY_ENV}; the environment keeps it out of ps)",
+    )
     args = parser.parse_args(argv)
+    if not args.api_key:
+        parser.error(f"an API key is required: ${API_KEY_ENV} or --api-key")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args.host, args.port, args.api_key))
     return 0

@@ -29,6 +29,9 @@ OUR_COMMANDS = ("services.cli", "scripts.channel_server", "services.api.mcp", "s
 # The demo's supervisor (scripts/demo/supervise.py): its pid file is ``<run_dir>/pids/supervisor.pid``.
 SUPERVISOR = "supervisor"
 CHANNEL_SERVER_MODULE = "scripts.channel_server"
+# Its key, through the environment (scripts/channel_server.py ``API_KEY_ENV``; not imported: the
+# channel server is optional here).
+CHANNEL_SERVER_KEY_ENV = "CHANNEL_SERVER_API_KEY"
 
 
 def port_free(port: int) -> bool:
@@ -307,8 +310,10 @@ def start_topology(
         channel_url = f"http://127.0.0.1:{port['channel']}"
         group.start(
             "channel",
-            [sys.executable, "-m", CHANNEL_SERVER_MODULE, "--port", str(port["channel"]), "--api-key", channel_api_key],
+            [sys.executable, "-m", CHANNEL_SERVER_MODULE, "--port", str(port["channel"])],
             f"{channel_url}/api/received",
+            # In the environment, not on the command line, where ``ps`` shows it to every local user.
+            {CHANNEL_SERVER_KEY_ENV: channel_api_key},
         )
     workers = ("dispatcher", "runner", "notifier", "brief")
     for service in workers:

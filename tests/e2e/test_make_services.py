@@ -50,6 +50,8 @@ async def test_make_services_starts_the_five_services_ready_and_plays_nothing(
 
         pids = {p.stem: int(p.read_text()) for p in (run_dir / "pids").glob("*.pid")}
         assert set(pids) >= SERVICES and processes.SUPERVISOR in pids
+        # The channel server's key is in its environment, not on its command line (``ps`` shows those).
+        assert b"local-kept" not in Path(f"/proc/{pids['channel']}/cmdline").read_bytes()
         # Production settings, not the demo script's shortened morning-push pass.
         assert _environ(pids["notifier"])["NOTIFIER_DIGEST_INTERVAL_S"] == PRODUCTION_DIGEST_INTERVAL_S
     finally:

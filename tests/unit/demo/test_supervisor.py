@@ -77,3 +77,10 @@ def test_stop_previous_stops_the_supervisor_and_nothing_comes_back(group: proces
     time.sleep(2)
     assert not alive(supervisor) and not alive(worker)
     assert list(group.pids_dir.glob("*.pid")) == []
+
+
+def test_the_channel_servers_key_goes_through_the_environment_it_reads() -> None:
+    """The demo passes the key in the environment (``ps`` shows command lines to every local user)."""
+    from scripts import channel_server
+
+    assert processes.CHANNEL_SERVER_KEY_ENV == channel_server.API_KEY_ENV
