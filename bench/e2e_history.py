@@ -10,8 +10,8 @@ call, each reading a little more than the call before. A deployment's tables are
 analyzed, and these statements are index lookups there. So before the warm-up the org gets
 a past — contacts, conversations, their messages, the runs that answered them, the
 runs' deliveries and the outbox rows the relay published for them (it keeps them a week),
-all two days old and finished — and the database is analyzed, as autovacuum would have
-done long before. Analyzed without that outbox, the relay's statements went the other way:
+all two days old and finished — and the database is vacuumed and analyzed, as autovacuum
+would have done long before. Analyzed without that outbox, the relay's statements went the other way:
 statistics of an outbox of a few rows made them sequential scans of a table that grew. The
 history is in chats the load never writes to, before today (the brief's day and the pulse
 count nothing of it).
@@ -23,21 +23,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Engine
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from switchboard.db.session import tenant_transaction
 
 CONVERSATIONS: Final = 2_000
-# VACUUM as well as ANALYZE: tens of thousands of fresh inserts are over autovacuum's insert
-# threshold, and its pass (and the hint bits the first reads would set) would otherwise land in
-# the measured window's PostgreSQL CPU.
-_SETTLE = text("VACUUM (ANALYZE)")
 EXCHANGES_PER_CONVERSATION: Final = 5  # an inbound message and its reply each
 
 # One statement: the org's first channel session and published agent own the past, as they
-# own the load. Ids are derived from the row number so each table joins the one before it.
+# own the load. Each CTE draws its ids once (CTEs are materialized), so the rows of every table
+# reference those of the one before.
 _SEED = text(
     """
 WITH owner AS (
@@ -106,7 +103,7 @@ def seed_history(
     conversations: int = CONVERSATIONS,
     exchanges: int = EXCHANGES_PER_CONVERSATION,
 ) -> None:
-    """Give ``org_id`` a finished past two days old, then analyze the database."""
+    """Give ``org_id`` a finished past two days old, then vacuum and analyze the database."""
     engine = create_engine(owner_url, poolclass=NullPool)
     try:
         with Session(engine) as session, tenant_transaction(session, org_id):
@@ -119,8 +116,7 @@ def seed_history(
                     "at": datetime.now(UTC) - timedelta(days=2),
                 },
             )
-        with engine.connect() as connection:
-            connection.execution_options(isolation_level="AUTOCOMMIT").execute(_SETTLE)
+        _settle(engine)
     finally:
         engine.dispose()
 
@@ -142,7 +138,14 @@ def seed_baseline_history(url: URL | str, *, messages: int = CONVERSATIONS * EXC
     try:
         with engine.begin() as connection:
             connection.execute(_SEED_BASELINE, {"messages": messages, "at": datetime.now(UTC) - timedelta(days=2)})
-        with engine.connect() as connection:
-            connection.execution_options(isolation_level="AUTOCOMMIT").execute(_SETTLE)
+        _settle(engine)
     finally:
         engine.dispose()
+
+
+def _settle(engine: Engine) -> None:
+    """VACUUM as well as ANALYZE: tens of thousands of fresh inserts are over autovacuum's insert
+    threshold, and its pass (and the hint bits the first reads would set) would otherwise land in
+    the measured window's PostgreSQL CPU."""
+    with engine.connect() as connection:
+        connection.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM (ANALYZE)"))

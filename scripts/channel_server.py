@@ -50,9 +50,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-# The receipts sent for each delivered text, in order: (ack, ackName).
 # Where the key callers must send comes from when ``--api-key`` is not given.
 API_KEY_ENV = "CHANNEL_SERVER_API_KEY"
+# The receipts sent for each delivered text, in order: (ack, ackName).
 RECEIPTS = ((2, "DEVICE"), (3, "READ"))
 # How long the sendText answer waits for the echo's delivery at most.
 ECHO_WAIT_S = 5.0
