@@ -28,6 +28,7 @@ from services.dispatcher.policy import PolicyConfig
 from services.dispatcher.postgres import BudgetWatcher, PostgresAdmission
 from services.dispatcher.processor import BatchProcessor, InEvent
 from services.dispatcher.published_feed import PublishedFeed
+from services.dispatcher.run_queue import CommittedOffsets, RunQueue
 from services.dispatcher.settings import DispatcherSettings
 from services.dispatcher.sink import DecisionSink
 from services.dispatcher.ticker import Ticker
@@ -104,6 +105,7 @@ class Dispatcher:
             max_attempts=settings.max_attempts,
             reply_interval_s=settings.reply_interval_s,
             state_ttl_s=settings.state_ttl_s,
+            max_queued_s=settings.max_queued_s,
             # Unique per start (a restarted pod keeps its host name and pid 1).
             incarnation=f"{self.worker_id}/{secrets.token_hex(4)}",
         )
@@ -127,6 +129,13 @@ class Dispatcher:
         self.faust.on_fatal = lambda: _exit_now(FATAL_EXIT_CODE)  # type: ignore[method-assign]
         self.store = TableStore(self.faust.table)
         dead_letters = DeadLetterPublisher(self.producer, service=SERVICE, consumer_group=app_id(kafka))
+        self.run_queue: RunQueue | None = None
+        self.runner_offsets: CommittedOffsets | None = None
+        if settings.runner_group:
+            self.run_queue = RunQueue(settings.runner_offsets_refresh_s)
+            self.runner_offsets = CommittedOffsets(
+                kafka, kafka.consumer_group(settings.runner_group), Topics.RUN_REQUESTED.physical_name(kafka)
+            )
         self.processor = BatchProcessor(
             store=self.store,
             emitter=self.producer,
@@ -143,6 +152,7 @@ class Dispatcher:
                 threshold=settings.no_match_threshold,
                 min_dispatches=settings.no_match_min_dispatches,
             ),
+            run_queue=self.run_queue,
             clock=utc_now,
         )
         self.sink: RecordConsumer | None = None
@@ -249,6 +259,8 @@ class Dispatcher:
             background.append(_task(self.budgets.run(stop), "budget-watcher"))
             if self.sink is not None:
                 background.append(_task(self.sink.run(stop), "decision-sink"))
+            if self.run_queue is not None and self.runner_offsets is not None:
+                background.append(_task(self.run_queue.run(stop, self.runner_offsets), "runner-offsets"))
             await self.faust.start()
             log.info(
                 "dispatcher started",
@@ -265,6 +277,8 @@ class Dispatcher:
             stop.set()
             if background:
                 await asyncio.wait(background, timeout=30)
+            if self.runner_offsets is not None:
+                await self.runner_offsets.close()
             await self.output_producer.stop()
             await self.producer.stop()
             await self.admission.close()

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -95,6 +96,14 @@ class PolicyConfig:
     # This worker process, unique per start: a run whose request another incarnation sent and no
     # runner acknowledged is re-sent once by the incarnation that takes its conversation over.
     incarnation: str = ""
+    # How long past its dispatch a run whose request still waits in the runners' input may hold
+    # off its recovery (run_queue.py); after that the start lease decides, as without the check.
+    max_queued_s: float = 600.0
+
+
+def queue_unknown(run_id: uuid.UUID) -> bool | None:
+    """No run-queue check: every answer is unknown (the start lease decides)."""
+    return None
 
 
 @dataclass(slots=True)
@@ -108,6 +117,9 @@ class Context:
     config: PolicyConfig
     # Leases are not judged before this time: the worker is still catching up with its input.
     judge_leases_from: datetime | None = None
+    # Whether a run's request still waits in the runners' input (True), was taken (False), or
+    # unknown (None): ``RunQueue.still_queued``.
+    queued: Callable[[uuid.UUID], bool | None] = queue_unknown
 
 
 class UnknownEvent(TypeError):
@@ -797,6 +809,11 @@ def on_tick(state: ConversationState, ctx: Context, t: Transition) -> None:
         deferred = recovery.deferred_expiry(active, ctx.now, ctx.judge_leases_from)
         if deferred is not None:
             active.lease_expires_at = deferred  # catching up: look again when the input is read
+        elif recovery.lease_expired(active, ctx.now) and recovery.waits_in_queue(
+            active, ctx.now, ctx.queued(active.run_id), ctx.config.max_queued_s
+        ):
+            # No runner has taken the request yet: a recovery would queue behind it. Look again in a lease.
+            active.lease_expires_at = ctx.now + timedelta(seconds=ctx.config.lease_s)
         elif recovery.lease_expired(active, ctx.now):
             _lose_or_recover(
                 state,

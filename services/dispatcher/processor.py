@@ -40,17 +40,23 @@ from services.dispatcher import metrics, recovery
 from services.dispatcher.agents import AgentIndex
 from services.dispatcher.limits import Admission, BudgetView, Grant
 from services.dispatcher.metrics import NoMatchWatch
-from services.dispatcher.policy import Context, PolicyConfig, apply, conversation_of
-from services.dispatcher.state import ConversationState, Transition
+from services.dispatcher.policy import Context, PolicyConfig, apply, conversation_of, queue_unknown
+from services.dispatcher.run_queue import RunQueue
+from services.dispatcher.state import ConversationState, Emit, Transition
 from switchboard.contracts import (
     ContractError,
     DispatchDecided,
     DispatchOutcome,
     Record,
+    RunCompleted,
+    RunHeartbeat,
+    RunRequested,
+    RunStarted,
     Serde,
     Topics,
     TopicSpec,
 )
+from switchboard.kafka.producer import Placement
 from switchboard.observability.logging import get_logger
 from switchboard.observability.metrics import RECORDS_CONSUMED, RECORDS_DEAD_LETTERED
 
@@ -91,6 +97,12 @@ class Emitter(Protocol):
     def encode(self, topic: TopicSpec[Any], record: Any) -> Raw: ...
 
     async def send_many(self, items: Sequence[Raw]) -> Sequence[Awaitable[Any]]: ...
+
+
+class PlacingEmitter(Emitter, Protocol):
+    """An emitter that also says where each record landed (for the run-queue check)."""
+
+    async def send_many_placed(self, items: Sequence[Raw]) -> tuple[Sequence[Awaitable[Any]], Sequence[Placement]]: ...
 
 
 class AdmissionClient(Protocol):
@@ -142,6 +154,7 @@ class BatchProcessor:
         serde: Serde,
         due: DueIndex | None = None,
         no_match: NoMatchWatch | None = None,
+        run_queue: RunQueue | None = None,
         clock: Callable[[], datetime],
     ) -> None:
         self._store = store
@@ -157,6 +170,9 @@ class BatchProcessor:
         self._serde = serde
         self._due = due
         self._no_match = no_match or NoMatchWatch()
+        # Where this worker's run requests wait, so a queued one is not taken for lost (run_queue.py).
+        self._run_queue = run_queue
+        self._queued = run_queue.still_queued if run_queue is not None else queue_unknown
         self._clock = clock
         # Prometheus label lookups cost more than the increments: keep the children.
         self._counters: dict[Any, Any] = {}
@@ -187,7 +203,9 @@ class BatchProcessor:
         # Pass 1: admit every run start and learn what each org wants.
         unlimited = Admission.unlimited()
         for group in groups.values():
-            await self._fold(group, Context(now, self._index, budgets, unlimited, self._config, judge_from))
+            await self._fold(
+                group, Context(now, self._index, budgets, unlimited, self._config, judge_from, self._queued)
+            )
         decided = time.perf_counter()
         if unlimited.demand:
             grants = await self._grants(unlimited.demand, now)
@@ -197,7 +215,9 @@ class BatchProcessor:
                 limited = Admission.granted(grants, fallback_retry_at=now + timedelta(seconds=1))
                 for group in groups.values():
                     if group.org_id in short:
-                        await self._fold(group, Context(now, self._index, budgets, limited, self._config, judge_from))
+                        await self._fold(
+                            group, Context(now, self._index, budgets, limited, self._config, judge_from, self._queued)
+                        )
         admitted = time.perf_counter()
         await self._commit(groups.values(), now)
         metrics.BATCH_SECONDS.labels("decide").observe(decided - started)
@@ -233,6 +253,8 @@ class BatchProcessor:
                 continue
             group.events.append((event, record))
             self._consumed(event.topic.name).inc()
+            if self._run_queue is not None and isinstance(record, RunStarted | RunHeartbeat | RunCompleted):
+                self._run_queue.forget(record.run_id)  # taken by a runner: no longer waiting
         return groups
 
     # --------------------------------------------------------------------------- folding
@@ -323,7 +345,7 @@ class BatchProcessor:
             # with a crash before its ack is the case the lease covers (docs/dispatcher.md),
             # and the next batch checks that these were written (``_settle_outputs``).
             second_wave = [self._outputs.encode(out.topic, out.record) for out in outputs]
-            self._in_flight.extend(await self._outputs.send_many(second_wave))
+            self._in_flight.extend(await self._send_outputs(second_wave, outputs))
         for decision in decisions:
             self._decided(decision.org_id, decision.outcome.value).inc()
             if decision.outcome in _NOTABLE:
@@ -348,6 +370,17 @@ class BatchProcessor:
         self._no_match.publish()
         if decisions or outputs:
             log.debug("batch committed", extra={"decisions": len(decisions), "outputs": len(outputs)})
+
+    async def _send_outputs(self, encoded: Sequence[Raw], outputs: Sequence[Emit]) -> Sequence[Awaitable[Any]]:
+        """Send the second wave; with a run queue, remember where each run request lands."""
+        if self._run_queue is None:
+            return await self._outputs.send_many(encoded)
+        outputs_emitter: PlacingEmitter = self._outputs  # type: ignore[assignment]
+        futures, placements = await outputs_emitter.send_many_placed(encoded)
+        for out, placement in zip(outputs, placements, strict=True):
+            if isinstance(out.record, RunRequested):
+                self._run_queue.sent(out.record.run_id, placement)
+        return futures
 
     async def _settle_outputs(self) -> None:
         """Wait for the previous batch's run requests to be acknowledged (raises if one failed)."""

@@ -9,7 +9,9 @@ it again. Leases are judged only while the worker is caught up with its input
 (:class:`CatchUp`: not within a lease of its start, of a gap in processing or of reading
 old records),
 so evidence still unread after a restart or a broker outage is not mistaken for silence
-(finding 1). When the lease lapses, the run is re-dispatched with wake reason ``recovery``, attempt + 1 and the
+(finding 1), and a run whose request still waits in the runners' input
+(:func:`waits_in_queue`, ``run_queue.py``) is looked at again a lease later instead of
+recovered. When the lease lapses, the run is re-dispatched with wake reason ``recovery``, attempt + 1 and the
 lost run as parent; the new attempt answers exactly the same dispatches. After
 ``DISPATCHER_MAX_ATTEMPTS`` the dispatcher closes the run itself with a
 ``run_completed`` (status failed, vitality dead, error family ``processLost``), and the
@@ -65,6 +67,15 @@ def extend_lease(active: ActiveRun, now: datetime, lease_s: float) -> None:
     if not active.started or candidate > active.lease_expires_at:
         active.lease_expires_at = candidate
     active.started = True
+
+
+def waits_in_queue(active: ActiveRun, now: datetime, queued: bool | None, max_queued_s: float) -> bool:
+    """A lapsed lease that should hold: no runner has acknowledged the run and its request still
+    waits in the runners' input (``RunQueue.still_queued``), for at most ``max_queued_s`` past
+    its dispatch. Not for a run a runner acknowledged: its silence means it was lost."""
+    if active.started or queued is not True:
+        return False
+    return now - active.dispatched_at < timedelta(seconds=max_queued_s)
 
 
 def deferred_expiry(active: ActiveRun, now: datetime, judge_from: datetime | None) -> datetime | None:

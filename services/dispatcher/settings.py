@@ -25,6 +25,16 @@ class DispatcherSettings(ServiceSettings):
     # it. Used as max(start_lease_s, lease_s); also bounds how long a worker that is catching
     # up with its input after a restart or an outage keeps leases from being judged.
     start_lease_s: float = Field(default=120.0, gt=0)
+    # The runners' consumer group (scoped by the topic prefix, as the runner scopes it): a run
+    # whose start lease lapsed while its request is still at or past this group's committed
+    # offset waits in the runners' input and is not recovered, for at most max_queued_s past
+    # its dispatch (docs/dispatcher.md "A run request still in the runners' queue"). Empty:
+    # no check (the start lease alone decides).
+    runner_group: str = "switchboard-runner"
+    # How often the runner group's committed offsets are read (an answer older than three of
+    # these counts as unknown).
+    runner_offsets_refresh_s: float = Field(default=5.0, gt=0)
+    max_queued_s: float = Field(default=600.0, ge=0)
     # Attempts of one run before it is closed as failed with error family processLost.
     max_attempts: int = Field(default=3, ge=1, le=20)
     # How often the timer scans the local conversation table for due leases and dispatches.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -139,21 +140,65 @@ class RecordProducer:
         processor writing several records per event, the per-record bookkeeping of
         ``send`` was a large share of its CPU. Await the returned futures for the acks.
         """
-        by_partition: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = {}
-        for name, key, value in items:
+        return await self._send_batches(items, None)
+
+    async def send_many_placed(
+        self, items: Sequence[tuple[str, bytes | None, bytes | None]]
+    ) -> tuple[list[asyncio.Future[Any]], list[Placement]]:
+        """:meth:`send_many`, and where each item went: one :class:`Placement` per item, in order.
+
+        A batch's acknowledgment carries its first record's offset; an item's offset is that
+        plus its place in the batch (exact: the producer is idempotent, not transactional).
+        """
+        placements: list[Placement | None] = [None] * len(items)
+        futures = await self._send_batches(items, placements)
+        return futures, [placement for placement in placements if placement is not None]
+
+    async def _send_batches(
+        self, items: Sequence[tuple[str, bytes | None, bytes | None]], placements: list[Placement | None] | None
+    ) -> list[asyncio.Future[Any]]:
+        by_partition: dict[tuple[str, int], list[tuple[int, bytes | None, bytes | None]]] = {}
+        for position, (name, key, value) in enumerate(items):
             partitions = self._partitions.get(name)
             if partitions is None:
                 partitions = self._partitions[name] = sorted(await self._producer.partitions_for(name))
             partition = self._partitioner(key, partitions, partitions)
-            by_partition.setdefault((name, partition), []).append((key, value))
+            by_partition.setdefault((name, partition), []).append((position, key, value))
         futures: list[asyncio.Future[Any]] = []
         for (name, partition), records in by_partition.items():
             batch = self._producer.create_batch()
-            for key, value in records:
+            in_batch: list[int] = []
+            for position, key, value in records:
                 if batch.append(key=key, value=value, timestamp=None) is None:
-                    futures.append(await self._producer.send_batch(batch, name, partition=partition))
-                    batch = self._producer.create_batch()
+                    futures.append(await self._send_batch(batch, name, partition, in_batch, placements))
+                    batch, in_batch = self._producer.create_batch(), []
                     if batch.append(key=key, value=value, timestamp=None) is None:
                         raise ValueError(f"a record of {len(value or b'')} bytes does not fit a batch")
-            futures.append(await self._producer.send_batch(batch, name, partition=partition))
+                in_batch.append(position)
+            futures.append(await self._send_batch(batch, name, partition, in_batch, placements))
         return futures
+
+    async def _send_batch(
+        self, batch: Any, name: str, partition: int, positions: list[int], placements: list[Placement | None] | None
+    ) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = await self._producer.send_batch(batch, name, partition=partition)
+        if placements is not None:
+            for index, position in enumerate(positions):
+                placements[position] = Placement(future, index)
+        return future
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one record of :meth:`RecordProducer.send_many_placed` went: its batch's future
+    (a ``RecordMetadata`` with the batch's base offset once acknowledged) and its index in it."""
+
+    batch: asyncio.Future[Any]
+    index: int
+
+    def position(self) -> tuple[int, int] | None:
+        """(partition, offset) of the record once its batch was acknowledged; None before, or if it failed."""
+        if not self.batch.done() or self.batch.cancelled() or self.batch.exception() is not None:
+            return None
+        metadata = self.batch.result()
+        return None if metadata is None else (int(metadata.partition), int(metadata.offset) + self.index)

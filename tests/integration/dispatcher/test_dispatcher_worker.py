@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from sqlalchemy import text
 
 from switchboard.contracts import (
@@ -406,6 +407,77 @@ async def test_a_run_no_runner_took_yet_holds_the_start_lease_not_the_lease(
         waited = (recovery.occurred_at - first.occurred_at).total_seconds()
         assert waited >= 5, f"recovered after {waited:.1f} s: the 1.5 s lease was applied, not the start lease"
         assert recovery.parent_run_id == first.run_id
+
+
+class LaggingRunnerGroup:
+    """A runner consumer group that reads nothing: only its committed offsets move, by hand."""
+
+    def __init__(self, kafka: KafkaSettings, name: str) -> None:
+        self._kafka = kafka
+        self.name = name
+        topic = Topics.RUN_REQUESTED.physical_name(kafka)
+        self._partitions = [TopicPartition(topic, p) for p in range(Topics.RUN_REQUESTED.partition_count(kafka))]
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka.bootstrap_servers,
+            group_id=kafka.consumer_group(name),
+            enable_auto_commit=False,
+        )
+
+    async def __aenter__(self) -> LaggingRunnerGroup:
+        await self._consumer.start()
+        self._consumer.assign(self._partitions)  # no subscription: commits without joining, no rebalance
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._consumer.stop()
+
+    async def take_everything_sent_so_far(self) -> None:
+        """Commit the end of every partition, as a runner that read (and lost) every request would."""
+        ends = await self._consumer.end_offsets(self._partitions)
+        await self._consumer.commit({tp: end for tp, end in ends.items()})
+
+
+async def test_a_run_whose_request_still_waits_in_a_lagging_runner_group_is_not_recovered(
+    topics: KafkaSettings,
+    producer: RecordProducer,
+    worker_factory: Callable[..., Awaitable[WorkerProcess]],
+    make_org: Callable[..., uuid.UUID],
+) -> None:
+    """docs/chaos.md finding 2, the part the start lease left open: a runner group lagging more
+    than the start lease. While the runners' committed offset is not past a request, its run is
+    queued, not lost: no recovery joins the backlog. Once a runner took it and said nothing, the
+    lease recovers it as before."""
+    org = make_org()
+    await producer.send(Topics.PUBLISHED, publish_record(org, agent_snapshot(org, SESSION)))
+    async with LaggingRunnerGroup(topics, f"runners-{uuid.uuid4().hex[:6]}") as runners, Observer(topics) as observer:
+        await runners.take_everything_sent_so_far()  # the group exists, with an offset on every partition
+        worker = await worker_factory(
+            DISPATCHER_LEASE_S="1.5",
+            DISPATCHER_START_LEASE_S="3",
+            DISPATCHER_MAX_ATTEMPTS="2",
+            DISPATCHER_RUNNER_GROUP=runners.name,
+            DISPATCHER_RUNNER_OFFSETS_REFRESH_S="0.5",
+        )
+        await producer.send(Topics.DISPATCH_REQUESTED, dispatch_record(org, uuid.uuid4(), SESSION))
+        await observer.wait_for(lambda: len(observer.run_requests) == 1, what="the run request")
+        await asyncio.sleep(10.0)  # three start leases, six leases
+        assert len(observer.run_requests) == 1, "a run still queued in the runners' input was re-dispatched"
+        assert [d.outcome for d in observer.decisions] == [DispatchOutcome.DISPATCHED]
+        metric = "switchboard_dispatcher_queued_lease_waits_total"
+        waits = [line for line in (await worker.metrics()).splitlines() if line.startswith(metric)]
+        assert waits and float(waits[0].split()[-1]) >= 2, waits
+
+        await runners.take_everything_sent_so_far()  # a runner took it, then died before its first heartbeat
+        taken_at = time.monotonic()
+        await observer.wait_for(lambda: len(observer.run_requests) == 2, timeout_s=20, what="the recovery")
+        first, recovery = observer.run_requests
+        assert (recovery.attempt, recovery.parent_run_id, recovery.wake_reason) == (
+            2,
+            first.run_id,
+            WakeReason.RECOVERY,
+        )
+        assert time.monotonic() - taken_at < 10
+        assert [d.outcome for d in observer.decisions] == [DispatchOutcome.DISPATCHED, DispatchOutcome.RECOVERED]
 
 
 async def test_a_request_no_runner_acknowledged_is_sent_again_by_the_restarted_worker(

@@ -99,3 +99,24 @@ async def test_topics_create_is_idempotent_and_checks_partition_counts(kafka_set
             await admin.ensure_topics(wider)
     finally:
         await admin.delete_topics(kafka_settings)
+
+
+async def test_send_many_placed_says_where_each_record_landed(topics: KafkaSettings) -> None:
+    """The dispatcher's run-queue check compares these positions with the runners' committed
+    offsets: a position off by one would call a taken request queued (or the reverse)."""
+    topic = Topics.DISPATCHER_TICKS
+    name = topic.physical_name(topics)
+    keys = [str(uuid.uuid4()).encode() for _ in range(30)]  # several partitions, several per partition
+    async with RecordProducer(topics, service="test") as producer:
+        futures, placements = await producer.send_many_placed(
+            [(name, key, b"value-%d" % i) for i, key in enumerate(keys)]
+        )
+        for future in futures:
+            await future
+    assert len(placements) == len(keys)
+    landed = {(r.partition, r.offset): (r.key, r.value) for r in await _read_all(topics, topic, len(keys))}
+    for i, (key, placement) in enumerate(zip(keys, placements, strict=True)):
+        position = placement.position()
+        assert position is not None
+        assert landed[position] == (key, b"value-%d" % i)
+    assert len({p.position() for p in placements}) == len(keys)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from services.dispatcher.agents import AgentIndex
 from services.dispatcher.limits import Admission, BudgetView, Grant
-from services.dispatcher.policy import Context, PolicyConfig
+from services.dispatcher.policy import Context, PolicyConfig, queue_unknown
 from switchboard.contracts import (
     AgentPublished,
     AgentVersionSnapshot,
@@ -212,6 +213,7 @@ def context(
     admission: Admission | None = None,
     config: PolicyConfig | None = None,
     judge_leases_from: datetime | None = None,
+    queued: Callable[[uuid.UUID], bool | None] = queue_unknown,
 ) -> Context:
     return Context(
         now=now,
@@ -220,6 +222,7 @@ def context(
         admission=admission or Admission.unlimited(),
         config=config or PolicyConfig(lease_s=30.0, max_attempts=3, reply_interval_s=5.0),
         judge_leases_from=judge_leases_from,
+        queued=queued,
     )
 
 

@@ -45,16 +45,19 @@ class Driver:
         self.outcomes: list[DispatchOutcome] = []
         self.send(dispatch("olá"), at=T0)
 
-    def send(self, record: Record, *, at: datetime, judge_from: datetime | None = None) -> None:
-        ctx = context(INDEX, now=at, config=CONFIG, judge_leases_from=judge_from)
+    def send(
+        self, record: Record, *, at: datetime, judge_from: datetime | None = None, queued: bool | None = None
+    ) -> None:
+        ctx = context(INDEX, now=at, config=CONFIG, judge_leases_from=judge_from, queued=lambda _run: queued)
         state = ConversationState.from_bytes(self.state.to_bytes()) if self.state is not None else None
         t = apply(state, record, ctx)
         self.state = t.state
         self.runs += [e.record for e in t.outputs if e.topic is Topics.RUN_REQUESTED]  # type: ignore[misc]
         self.outcomes += [d.outcome for d in t.decisions]
 
-    def tick(self, at: datetime) -> None:
-        self.send(DispatcherTick(org_id=ORG, conversation_id=CONVERSATION, due_at=at, worker_id="t"), at=at)
+    def tick(self, at: datetime, *, queued: bool | None = None) -> None:
+        tick = DispatcherTick(org_id=ORG, conversation_id=CONVERSATION, due_at=at, worker_id="t")
+        self.send(tick, at=at, queued=queued)
 
     @property
     def attempt(self) -> int:
@@ -108,6 +111,58 @@ def test_a_lease_runs_from_the_runners_news_and_a_run_nobody_took_gets_the_start
             conv.tick(s(at))
     assert conv.attempt == case.attempt
     assert conv.lease_expires_at == s(case.lease_expires_at)
+
+
+# --------------------------------------------------------------------------- a request still in the runners' queue
+
+
+@dataclass(frozen=True)
+class QueuedCase:
+    name: str
+    # (seconds after T0, "started" | "tick", what the run queue answers at that tick)
+    events: tuple[tuple[float, str, bool | None], ...]
+    attempt: int
+    lease_expires_at: float
+
+
+# CONFIG: lease 30 s, start lease 120 s, max_queued_s 600 s (the default).
+QUEUED_CASES = [
+    QueuedCase("still queued when its start lease lapses: it waits a lease", ((121, "tick", True),), 1, 151),
+    QueuedCase(
+        "queued, then taken by a runner that never said so: recovered",
+        ((121, "tick", True), (151, "tick", False)),
+        2,
+        151 + 120,
+    ),
+    QueuedCase("unknown (no position, stale offsets): the start lease decides", ((121, "tick", None),), 2, 241),
+    QueuedCase(
+        "queued for longer than max_queued_s: recovered all the same",
+        ((121, "tick", True), (580, "tick", True), (610, "tick", True)),
+        2,
+        610 + 120,
+    ),
+    QueuedCase(
+        "a run a runner acknowledged is not held by an old position",
+        ((1, "started", True), (32, "tick", True)),
+        2,
+        32 + 120,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", QUEUED_CASES, ids=[c.name for c in QUEUED_CASES])
+def test_a_run_whose_request_still_waits_in_the_runners_queue_is_not_recovered(case: QueuedCase) -> None:
+    """docs/chaos.md finding 2, the rest of it: a runner group lagging more than the start lease."""
+    conv = Driver()
+    for at, what, queued in case.events:
+        run = conv.runs[-1]
+        if what == "started":
+            conv.send(started(run.run_id, run.agent_id, run.version_id, at=s(at)), at=s(at), queued=queued)
+        else:
+            conv.tick(s(at), queued=queued)
+    assert conv.attempt == case.attempt
+    assert conv.lease_expires_at == s(case.lease_expires_at)
+    assert (DispatchOutcome.RECOVERED in conv.outcomes) is (case.attempt > 1)
 
 
 # --------------------------------------------------------------------------- not judging while catching up
