@@ -2,9 +2,12 @@
 
 Each org and area has a mode: ``off`` (the area's write tools are not offered),
 ``propose`` (the default: the write becomes a proposed action for the owner) or
-``auto`` (executed and recorded). The org's kill switch and an area's kill switch
-force ``off``. After the owner approved the same action type
-``PROMOTE_AFTER_APPROVALS`` times, the system *suggests* ``auto`` — never switches.
+``auto`` (executed and recorded). One action type (a write tool) may have its own
+``propose`` or ``auto`` over its area's (``workspace_action_autonomy``). The org's kill
+switch and an area's kill switch force ``off``, and so does an area set to ``off``,
+whatever its action types say. After the owner approved the same action type
+``PROMOTE_AFTER_APPROVALS`` times, the system *suggests* ``auto`` for that action type
+— never switches, and never the whole area.
 The functions here are pure except :func:`load_settings` (one query, RLS-scoped).
 """
 
@@ -26,7 +29,7 @@ from switchboard.contracts.records import Action, Insight, SuggestedAction
 from switchboard.db.enums import AutonomyMode
 from switchboard.db.insights import upsert_insight
 from switchboard.db.models import Organization
-from switchboard.db.models.autonomy import WorkspaceAutonomy
+from switchboard.db.models.autonomy import WorkspaceActionAutonomy, WorkspaceAutonomy
 from switchboard.db.outbox import enqueue_record
 from switchboard.tool_catalog import gated_area
 
@@ -50,19 +53,29 @@ class AutonomySettings:
     org_kill_switch: bool = False
     modes: Mapping[str, AutonomyMode] = field(default_factory=dict)
     killed_areas: frozenset[str] = frozenset()
+    # Action types (write tool names) with a mode of their own: propose or auto.
+    action_modes: Mapping[str, AutonomyMode] = field(default_factory=dict)
 
     def mode(self, area: str) -> AutonomyMode:
-        """The effective mode: a kill switch wins, an area never set is ``propose``."""
+        """The area's effective mode: a kill switch wins, an area never set is ``propose``."""
         if self.org_kill_switch or area in self.killed_areas:
             return AutonomyMode.OFF
         return self.modes.get(area, DEFAULT_MODE)
+
+    def action_mode(self, area: str, action_type: str) -> AutonomyMode:
+        """One action type's effective mode: off when its area is (kill switches included), else
+        its own mode if it has one, else its area's."""
+        area_mode = self.mode(area)
+        if area_mode is AutonomyMode.OFF:
+            return AutonomyMode.OFF
+        return self.action_modes.get(action_type, area_mode)
 
     def gate(self, tool_name: str) -> Gate:
         area = gated_area(tool_name)
         if area is None:
             return Gate.RUN
         return {AutonomyMode.OFF: Gate.HIDDEN, AutonomyMode.PROPOSE: Gate.PROPOSE, AutonomyMode.AUTO: Gate.EXECUTE}[
-            self.mode(area)
+            self.action_mode(area, tool_name)
         ]
 
     def offered(self, granted: Iterable[str]) -> tuple[str, ...]:
@@ -76,7 +89,8 @@ def promotion_key(area: str, action_type: str) -> str:
 
 
 def promotion_due(approvals: int, current_mode: AutonomyMode) -> bool:
-    """Suggest ``auto`` exactly when the approval count reaches the threshold while the area proposes."""
+    """Suggest ``auto`` exactly when the approval count reaches the threshold while the action type
+    proposes (``current_mode``: :meth:`AutonomySettings.action_mode`)."""
     return approvals == PROMOTE_AFTER_APPROVALS and current_mode is AutonomyMode.PROPOSE
 
 
@@ -88,10 +102,16 @@ def load_settings(session: Session, org_id: uuid.UUID) -> AutonomySettings:
             WorkspaceAutonomy.org_id == org_id
         )
     ).all()
+    actions = session.execute(
+        select(WorkspaceActionAutonomy.action_type, WorkspaceActionAutonomy.mode).where(
+            WorkspaceActionAutonomy.org_id == org_id
+        )
+    ).all()
     return AutonomySettings(
         org_kill_switch=bool(kill),
         modes={r.area: AutonomyMode(r.mode) for r in rows},
         killed_areas=frozenset(r.area for r in rows if r.kill_switch),
+        action_modes={r.action_type: AutonomyMode(r.mode) for r in actions},
     )
 
 

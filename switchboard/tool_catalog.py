@@ -80,5 +80,10 @@ def gated_area(name: str) -> str | None:
     return WRITE_TOOL_AREAS.get(name, "cross")
 
 
+def gated_write_tools() -> dict[str, str]:
+    """Every autonomy-gated write tool (an *action type*) and its area, in catalog order."""
+    return {name: area for name in TOOL_KINDS if (area := gated_area(name)) is not None}
+
+
 def is_known_tool(name: str) -> bool:
     return name in TOOL_KINDS

@@ -25,6 +25,7 @@ from switchboard.db.enums import AutonomyMode, DecisionStatus, InsightStatus
 from switchboard.db.models.agents import AiAgent, AiAgentVersion, AiModel
 from switchboard.db.models.autonomy import (
     AgentDecision,
+    WorkspaceActionAutonomy,
     WorkspaceAutonomy,
     WorkspaceDailyBrief,
     WorkspaceHomePrefs,
@@ -222,8 +223,8 @@ def _decided(session: Session, org_id: uuid.UUID, action_ids: Iterable[str]) -> 
 
 
 def promotions(session: Session, org_id: uuid.UUID, threshold: int) -> list[Promotion]:
-    """Action types the owner approved ``threshold`` times in an area whose autonomy is not ``auto``,
-    minus the suggestions the owner already answered."""
+    """Action types the owner approved ``threshold`` times that are not ``auto`` already (by a mode
+    of their own, else their area's), minus the suggestions the owner already answered."""
     approvals = func.count().label("approvals")
     query = (
         select(AgentDecision.area, AgentDecision.action_type, approvals)
@@ -231,11 +232,19 @@ def promotions(session: Session, org_id: uuid.UUID, threshold: int) -> list[Prom
             WorkspaceAutonomy,
             and_(WorkspaceAutonomy.org_id == AgentDecision.org_id, WorkspaceAutonomy.area == AgentDecision.area),
         )
+        .outerjoin(
+            WorkspaceActionAutonomy,
+            and_(
+                WorkspaceActionAutonomy.org_id == AgentDecision.org_id,
+                WorkspaceActionAutonomy.action_type == AgentDecision.action_type,
+            ),
+        )
         .where(
             AgentDecision.org_id == org_id,
             AgentDecision.decided_at.is_not(None),
             AgentDecision.status.in_([DecisionStatus.APPROVED.value, DecisionStatus.EXECUTED.value]),
-            func.coalesce(WorkspaceAutonomy.mode, AutonomyMode.PROPOSE.value) != AutonomyMode.AUTO.value,
+            func.coalesce(WorkspaceActionAutonomy.mode, WorkspaceAutonomy.mode, AutonomyMode.PROPOSE.value)
+            != AutonomyMode.AUTO.value,
         )
         .group_by(AgentDecision.area, AgentDecision.action_type)
         .having(func.count() >= threshold)

@@ -103,6 +103,8 @@ class AutonomyPreload:
         'kill', (SELECT o.autonomy_kill_switch FROM organizations AS o WHERE o.id = :org_id),
         'areas', (SELECT coalesce(json_agg(json_build_array(w.area, w.mode, w.kill_switch)), '[]')
                   FROM workspace_autonomy AS w WHERE w.org_id = :org_id),
+        'actions', (SELECT coalesce(json_agg(json_build_array(a.action_type, a.mode)), '[]')
+                    FROM workspace_action_autonomy AS a WHERE a.org_id = :org_id),
         'pause', v.pause_on_proposal)
     """
 
@@ -119,6 +121,7 @@ class AutonomyPreload:
             org_kill_switch=bool(value.get("kill")),
             modes={area: AutonomyMode(mode) for area, mode, _ in areas},
             killed_areas=frozenset(area for area, _, killed in areas if killed),
+            action_modes={action_type: AutonomyMode(mode) for action_type, mode in value.get("actions") or ()},
         )
         return AutonomyRead(settings, bool(value.get("pause")), None)
 

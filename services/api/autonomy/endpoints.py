@@ -11,7 +11,14 @@ from fastapi import APIRouter, Body, Query, Request
 from sqlalchemy.orm import Session
 
 from services.api.autonomy import executor, service
-from services.api.autonomy.schemas import ActionView, AutonomyUpdate, AutonomyView, DecisionNote, KillSwitchUpdate
+from services.api.autonomy.schemas import (
+    ActionAutonomyUpdate,
+    ActionView,
+    AutonomyUpdate,
+    AutonomyView,
+    DecisionNote,
+    KillSwitchUpdate,
+)
 from services.api.core.auth import AdminWrite, Manager, RequestContext, Viewer
 from services.api.core.database import database
 from services.api.core.errors import (
@@ -41,7 +48,7 @@ def _user(ctx: RequestContext) -> uuid.UUID | None:
 
 @router.get("/autonomy", response_model=Envelope[AutonomyView], responses=_ERRORS)
 async def get_autonomy(ctx: Viewer) -> Envelope[AutonomyView]:
-    """Every area with its mode as set, its kill switch and the mode agents really get."""
+    """Every area and every action type with its mode as set, its kill switch and the mode agents really get."""
     return Envelope(data=await ctx.session.run_sync(lambda s: service.view(s, ctx.org_id)))
 
 
@@ -52,6 +59,27 @@ async def put_area_autonomy(
     """Set an area's mode (off / propose / auto); audited."""
     data = await ctx.session.run_sync(
         lambda s: service.set_mode(s, ctx.org_id, area, body.mode, _user(ctx), ctx.request_id)
+    )
+    return Envelope(data=data)
+
+
+@router.put("/autonomy/actions/{action_type}", response_model=Envelope[AutonomyView], responses=_WRITE_ERRORS)
+async def put_action_autonomy(
+    ctx: AdminWrite, action_type: str, body: Annotated[ActionAutonomyUpdate, Body()]
+) -> Envelope[AutonomyView]:
+    """Give one action type its own mode (propose / auto) over its area's; audited. An area that
+    is off and every kill switch still win."""
+    data = await ctx.session.run_sync(
+        lambda s: service.set_action_mode(s, ctx.org_id, action_type, body.mode, _user(ctx), ctx.request_id)
+    )
+    return Envelope(data=data)
+
+
+@router.delete("/autonomy/actions/{action_type}", response_model=Envelope[AutonomyView], responses=_WRITE_ERRORS)
+async def delete_action_autonomy(ctx: AdminWrite, action_type: str) -> Envelope[AutonomyView]:
+    """The action type follows its area's mode again; audited."""
+    data = await ctx.session.run_sync(
+        lambda s: service.set_action_mode(s, ctx.org_id, action_type, None, _user(ctx), ctx.request_id)
     )
     return Envelope(data=data)
 
@@ -132,7 +160,8 @@ async def reject_action(
     "/autonomy/{area}/promotions/{action_type}:accept", response_model=Envelope[AutonomyView], responses=_WRITE_ERRORS
 )
 async def accept_promotion(ctx: AdminWrite, area: str, action_type: str, request: Request) -> Envelope[AutonomyView]:
-    """Accept the 3-approval suggestion: the area becomes ``auto`` (the owner's explicit opt-in); audited."""
+    """Accept the 3-approval suggestion: that action type becomes ``auto`` — not the rest of its
+    area (the owner's explicit opt-in); audited."""
     serde: Serde = request.app.state.serde
     data = await ctx.session.run_sync(
         lambda s: service.decide_promotion(s, serde, ctx.org_id, area, action_type, True, _user(ctx), ctx.request_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
@@ -19,15 +19,33 @@ class AreaAutonomy(BaseModel):
     effective_mode: AutonomyMode  # what agents get: off while a kill switch is on
 
 
+class ActionAutonomy(BaseModel):
+    """One action type (a gated write tool) and its mode."""
+
+    action_type: str
+    area: str
+    mode: AutonomyMode | None  # its own mode; null: it follows its area
+    effective_mode: AutonomyMode  # what agents get: off while its area is off or a kill switch is on
+
+
 class AutonomyView(BaseModel):
     kill_switch: bool  # the org-wide kill switch
     areas: list[AreaAutonomy]
+    actions: list[ActionAutonomy]
 
 
 class AutonomyUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: AutonomyMode
+
+
+class ActionAutonomyUpdate(BaseModel):
+    """An action type's own mode; ``off`` is its area's to decide (DELETE to follow the area again)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal[AutonomyMode.PROPOSE, AutonomyMode.AUTO]
 
 
 class KillSwitchUpdate(BaseModel):

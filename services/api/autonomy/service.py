@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from services.api.autonomy.schemas import ActionView, AreaAutonomy, AutonomyView
+from services.api.autonomy.schemas import ActionAutonomy, ActionView, AreaAutonomy, AutonomyView
 from services.api.core.errors import Conflict, NotFound, ValidationFailed
 from switchboard.areas import areas, is_area
 from switchboard.autonomy import PROMOTE_AFTER_APPROVALS, load_settings, promotion_due, promotion_key
@@ -30,9 +30,10 @@ from switchboard.db.audit import record_audit
 from switchboard.db.enums import AWAITING_APPROVAL, AutonomyMode, ConversationStatus, DecisionStatus
 from switchboard.db.insights import status_record, upsert_insight
 from switchboard.db.models import AiAgentRun, Conversation, Organization
-from switchboard.db.models.autonomy import AgentDecision, WorkspaceAutonomy, WorkspaceInsight
+from switchboard.db.models.autonomy import AgentDecision, WorkspaceActionAutonomy, WorkspaceAutonomy, WorkspaceInsight
 from switchboard.db.outbox import enqueue_record
 from switchboard.observability.logging import get_logger
+from switchboard.tool_catalog import gated_write_tools
 
 log = get_logger(__name__)
 
@@ -46,6 +47,15 @@ class AlreadyDecided(Conflict):
 def view(session: Session, org_id: uuid.UUID) -> AutonomyView:
     settings = load_settings(session, org_id)
     return AutonomyView(
+        actions=[
+            ActionAutonomy(
+                action_type=action_type,
+                area=area,
+                mode=settings.action_modes.get(action_type),
+                effective_mode=settings.action_mode(area, action_type),
+            )
+            for action_type, area in gated_write_tools().items()
+        ],
         kill_switch=settings.org_kill_switch,
         areas=[
             AreaAutonomy(
@@ -86,6 +96,56 @@ def set_mode(
         target_type="autonomy_area",
         target_id=area,
         details={"mode": mode.value},
+        request_id=request_id,
+    )
+    return view(session, org_id)
+
+
+def _action_area(action_type: str, area: str | None = None) -> str:
+    """The area of a gated action type (404 for anything else, or when ``area`` is not its area)."""
+    found = gated_write_tools().get(action_type)
+    if found is None or (area is not None and found != area):
+        raise NotFound("no such action type" if area is None else f"no such action type in the {area} area")
+    return found
+
+
+def set_action_mode(
+    session: Session,
+    org_id: uuid.UUID,
+    action_type: str,
+    mode: AutonomyMode | None,
+    user_id: uuid.UUID | None,
+    request_id: str,
+) -> AutonomyView:
+    """Give one action type its own mode (propose or auto), or None: it follows its area again."""
+    area = _action_area(action_type)
+    if mode is None:
+        session.execute(
+            delete(WorkspaceActionAutonomy).where(
+                WorkspaceActionAutonomy.org_id == org_id, WorkspaceActionAutonomy.action_type == action_type
+            )
+        )
+    else:
+        if mode is AutonomyMode.OFF:
+            raise ValidationFailed(
+                "an action type is propose or auto; turn its area off instead", details={"field": "mode"}
+            )
+        session.execute(
+            insert(WorkspaceActionAutonomy)
+            .values(org_id=org_id, action_type=action_type, mode=mode.value, updated_by=user_id)
+            .on_conflict_do_update(
+                index_elements=[WorkspaceActionAutonomy.org_id, WorkspaceActionAutonomy.action_type],
+                set_={"mode": mode.value, "updated_by": user_id, "updated_at": func.now()},
+            )
+        )
+    record_audit(
+        session,
+        org_id=org_id,
+        action="autonomy.action_mode_set",
+        actor_user_id=user_id,
+        target_type="autonomy_action",
+        target_id=action_type,
+        details={"area": area, "mode": mode.value if mode is not None else None},
         request_id=request_id,
     )
     return view(session, org_id)
@@ -318,13 +378,16 @@ def _promotion_row(session: Session, org_id: uuid.UUID, area: str, action_type: 
         dedupe_key=promotion_key(area, action_type),
         area=area,
         title=f"Let agents run {action_type} automatically?",
-        body=f"You approved {action_type} {approvals} times. Switch the {area} area to auto?",
+        body=(
+            f"You approved {action_type} {approvals} times. Let agents do it without asking? "
+            f"Only {action_type}: the rest of the {area} area keeps its mode."
+        ),
         kind=InsightKind.INSIGHT,
         suggested_actions=[
             SuggestedAction(
-                action_type="set_autonomy",
-                label=f"Switch {area} to auto",
-                arguments_json=json.dumps({"area": area, "mode": AutonomyMode.AUTO.value}),
+                action_type="set_action_autonomy",
+                label=f"Let agents run {action_type} on their own",
+                arguments_json=json.dumps({"action_type": action_type, "mode": AutonomyMode.AUTO.value}),
             ).model_dump(mode="json")
         ],
     ).id
@@ -343,7 +406,8 @@ def _suggest_promotion(session: Session, org_id: uuid.UUID, claimed: Claimed) ->
             AgentDecision.status.in_([DecisionStatus.APPROVED.value, DecisionStatus.EXECUTED.value]),
         )
     )
-    if promotion_due(int(approvals or 0), load_settings(session, org_id).mode(claimed.area)):
+    settings = load_settings(session, org_id)
+    if promotion_due(int(approvals or 0), settings.action_mode(claimed.area, claimed.action_type)):
         _promotion_row(session, org_id, claimed.area, claimed.action_type, int(approvals or 0))
 
 
@@ -357,10 +421,12 @@ def decide_promotion(
     user_id: uuid.UUID | None,
     request_id: str,
 ) -> AutonomyView:
-    """Accept (the area becomes ``auto``) or dismiss a promote suggestion; its row records the answer."""
+    """Accept (that action type becomes ``auto``, not its whole area) or dismiss a promote
+    suggestion; its row records the answer."""
     _area(area)
     if accept:
-        set_mode(session, org_id, area, AutonomyMode.AUTO, user_id, request_id)
+        _action_area(action_type, area)  # dismissing needs no catalog entry: it changes no mode
+        set_action_mode(session, org_id, action_type, AutonomyMode.AUTO, user_id, request_id)
     row_id = _promotion_row(session, org_id, area, action_type, PROMOTE_AFTER_APPROVALS)
     status = (InsightStatus.ACTIONED if accept else InsightStatus.DISMISSED).value
     answered = session.scalars(

@@ -168,6 +168,29 @@ class WorkspaceAutonomy(OrgScoped, Base):
     updated_at: Mapped[datetime] = mapped_column(server_default=text("now()"), onupdate=text("now()"))
 
 
+class WorkspaceActionAutonomy(OrgScoped, Base):
+    """One action type's own mode, overriding its area's (migration 0035) [000 §3, 3-approval-promote].
+
+    Accepting the Home's "promote" card makes *that* action type ``auto`` — approving three
+    follow-ups must not let agents send WhatsApp messages of the same area unasked. An owner may
+    also keep one action type on ``propose`` in an ``auto`` area. Never ``off``: an area that is
+    off, or a kill switch, wins over any row here (``switchboard.autonomy.AutonomySettings``).
+    """
+
+    __tablename__ = "workspace_action_autonomy"
+    __table_args__ = (
+        CheckConstraint("mode IN ('propose', 'auto')", name="mode"),
+        CheckConstraint("action_type ~ '^[a-z][a-z0-9_]{0,127}$'", name="action_type_format"),
+    )
+
+    org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"), primary_key=True)
+    action_type: Mapped[str] = mapped_column(primary_key=True)
+    mode: Mapped[str]
+    updated_by: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(server_default=text("now()"))
+    updated_at: Mapped[datetime] = mapped_column(server_default=text("now()"), onupdate=text("now()"))
+
+
 class WorkspaceInsight(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     """Something an analysis found, or an action it proposes, deduplicated per org.
 

@@ -121,6 +121,8 @@ POLICY: dict[tuple[str, str], Need] = {
     # Autonomy (docs/autonomy.md).
     ("GET", "/api/v1/autonomy"): "viewer",
     ("PUT", "/api/v1/autonomy/areas/{area}"): "admin_mfa",
+    ("PUT", "/api/v1/autonomy/actions/{action_type}"): "admin_mfa",
+    ("DELETE", "/api/v1/autonomy/actions/{action_type}"): "admin_mfa",
     ("PUT", "/api/v1/autonomy/kill-switch"): "admin_mfa",
     ("POST", "/api/v1/autonomy/{area}/promotions/{action_type}:accept"): "admin_mfa",
     ("POST", "/api/v1/autonomy/{area}/promotions/{action_type}:dismiss"): "manager",

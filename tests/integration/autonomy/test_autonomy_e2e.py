@@ -207,7 +207,7 @@ async def test_propose_records_without_executing_and_approval_executes_exactly_o
 async def test_third_approval_of_a_type_suggests_auto_and_never_switches(
     rh: RunnerHarness, api: httpx.AsyncClient, org: OrgHandle
 ) -> None:
-    agent = _agent(rh, org, SEND_WHATSAPP_MESSAGE)
+    agent = _agent(rh, org, SEND_WHATSAPP_MESSAGE, SCHEDULE_FOLLOWUP, followup={"callback_enabled": True})
     promote = "SELECT title FROM workspace_insights WHERE dedupe_key = 'promote:crm:crm_send_whatsapp_message'"
     for n in range(3):
         assert not _rows(rh, org.org_id, promote)
@@ -222,10 +222,70 @@ async def test_third_approval_of_a_type_suggests_auto_and_never_switches(
     assert (await api.post(accept, headers=org.headers(mfa=False))).status_code == 403
     accepted = await api.post(accept, headers=org.headers())
     assert accepted.status_code == 200, accepted.text
-    crm = next(a for a in accepted.json()["data"]["areas"] if a["area"] == "crm")
-    assert crm["mode"] == crm["effective_mode"] == "auto"
     status = "SELECT status FROM workspace_insights WHERE dedupe_key = 'promote:crm:crm_send_whatsapp_message'"
     assert _rows(rh, org.org_id, status)[0]["status"] == "actioned"
+
+    # That action type became auto, not its area: scheduling a follow-up (same crm area) still asks.
+    view = accepted.json()["data"]
+    crm = next(a for a in view["areas"] if a["area"] == "crm")
+    assert crm["mode"] == crm["effective_mode"] == "propose"
+    actions = {a["action_type"]: (a["mode"], a["effective_mode"]) for a in view["actions"]}
+    assert actions[SEND_WHATSAPP_MESSAGE] == ("auto", "auto")
+    assert actions[SCHEDULE_FOLLOWUP] == (None, "propose")
+    calls = iter(
+        [
+            tool(SEND_WHATSAPP_MESSAGE, {"text": "Sent on my own"}),
+            tool(SCHEDULE_FOLLOWUP, {"reason": "check", "due_in_minutes": 60}),
+        ]
+    )
+    rh.fake.script(lambda received: next(calls, Reply(text="Done.")))
+    request = run_request(agent, [inbound(rh.db, agent, "Remind me tomorrow")])
+    row = await rh.run(request)
+    assert row.status == "completed", (row.error_code, row.summary)
+    decided = _rows(
+        rh,
+        org.org_id,
+        "SELECT action_type, status, autonomy_tier FROM agent_decisions WHERE run_id = :r",
+        r=request.run_id,
+    )
+    assert sorted((d["action_type"], d["status"], d["autonomy_tier"]) for d in decided) == [
+        (SCHEDULE_FOLLOWUP, "proposed", "propose"),
+        (SEND_WHATSAPP_MESSAGE, "executed", "auto"),
+    ]
+    sent = _rows(
+        rh, org.org_id, "SELECT body FROM messages WHERE run_id = :r AND direction = 'outbound'", r=request.run_id
+    )
+    assert [m["body"] for m in sent] == ["Sent on my own"]
+    assert not _rows(rh, org.org_id, "SELECT 1 FROM scheduled_followups WHERE created_by_run_id = :r", r=request.run_id)
+
+    # Off wins over an action type's own mode; DELETE makes it follow its area again (both audited).
+    view = await _put(api, org, "/areas/crm", {"mode": "off"})
+    assert {a["action_type"]: a["effective_mode"] for a in view["actions"]}[SEND_WHATSAPP_MESSAGE] == "off"
+    await _put(api, org, "/areas/crm", {"mode": "propose"})
+    cleared = await api.delete(f"/api/v1/autonomy/actions/{SEND_WHATSAPP_MESSAGE}", headers=org.headers())
+    assert cleared.status_code == 200, cleared.text
+    after = {a["action_type"]: (a["mode"], a["effective_mode"]) for a in cleared.json()["data"]["actions"]}
+    assert after[SEND_WHATSAPP_MESSAGE] == (None, "propose")
+    audited = _rows(rh, org.org_id, "SELECT details FROM audit_log WHERE action = 'autonomy.action_mode_set'")
+    assert [a["details"]["mode"] for a in audited] == ["auto", None]
+
+
+async def test_an_action_types_own_mode_is_set_checked_and_needs_admin_mfa(
+    api: httpx.AsyncClient, org: OrgHandle
+) -> None:
+    path = f"/api/v1/autonomy/actions/{SCHEDULE_FOLLOWUP}"
+    assert (await api.put(path, json={"mode": "auto"}, headers=org.headers(mfa=False))).status_code == 403
+    off = await api.put(path, json={"mode": "off"}, headers=org.headers())
+    assert off.status_code == 422 and off.json()["error"]["code"] == "validation_error", off.text
+    unknown = await api.put(
+        "/api/v1/autonomy/actions/crm_search_contacts", json={"mode": "auto"}, headers=org.headers()
+    )
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found", unknown.text
+    view = await _put(api, org, f"/actions/{SCHEDULE_FOLLOWUP}", {"mode": "auto"})
+    assert {a["action_type"]: a["effective_mode"] for a in view["actions"]}[SCHEDULE_FOLLOWUP] == "auto"
+    # A promote card names its area: accepting it for an action type of another area is refused.
+    wrong = await api.post(f"/api/v1/autonomy/booking/promotions/{SEND_WHATSAPP_MESSAGE}:accept", headers=org.headers())
+    assert wrong.status_code == 404, wrong.text
 
 
 async def test_auto_executes_and_records_the_undo(rh: RunnerHarness, api: httpx.AsyncClient, org: OrgHandle) -> None:

@@ -435,3 +435,31 @@ def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node.get("Plans", []):
         yield from _plan_nodes(child)
+
+
+def test_an_action_type_already_auto_by_its_own_mode_gets_no_promote_card(stack: StackEndpoints) -> None:
+    """Promotion is per action type: one made ``auto`` on its own (its area still proposing) is
+    not suggested again; another action type of the same area still is."""
+    from services.brief.store import promotions
+    from switchboard.db.models.autonomy import WorkspaceActionAutonomy
+    from tests.support.api import create_org
+
+    org = create_org(stack.database_url, name="Promote Org")
+    with tenant_session(org) as session:
+        for action_type in ("crm_send_whatsapp_message", "crm_schedule_followup"):
+            for _ in range(3):
+                session.add(
+                    AgentDecision(
+                        org_id=org.org_id,
+                        area="crm",
+                        action_type=action_type,
+                        proposed_action={"to": "x"},
+                        autonomy_tier="propose",
+                        status="approved",
+                        decided_at=_utc(19, 10),
+                    )
+                )
+        session.add(WorkspaceActionAutonomy(org_id=org.org_id, action_type="crm_send_whatsapp_message", mode="auto"))
+    with tenant_session(org) as session:
+        found = promotions(session, org.org_id, threshold=3)
+    assert [(p.area, p.action_type, p.approvals) for p in found] == [("crm", "crm_schedule_followup", 3)]

@@ -50,6 +50,7 @@ from switchboard.db.models import (
     ScheduledFollowup,
     UsageEntry,
     User,
+    WorkspaceActionAutonomy,
     WorkspaceAutonomy,
     WorkspaceDailyBrief,
     WorkspaceHomePrefs,
@@ -242,6 +243,10 @@ def build_workspace_autonomy(session: Session, org_id: uuid.UUID) -> WorkspaceAu
     return WorkspaceAutonomy(org_id=org_id, area=f"area_{_hex(6)}", mode="propose")
 
 
+def build_workspace_action_autonomy(session: Session, org_id: uuid.UUID) -> WorkspaceActionAutonomy:
+    return WorkspaceActionAutonomy(org_id=org_id, action_type=f"action_{_hex(6)}", mode="auto")
+
+
 def build_workspace_insights(session: Session, org_id: uuid.UUID) -> WorkspaceInsight:
     return WorkspaceInsight(org_id=org_id, dedupe_key=f"insight:{_hex()}", area="crm", title="3 leads went cold")
 
@@ -419,6 +424,7 @@ ROW_BUILDERS: dict[str, Builder] = {
     "usage_entries": build_usage_entries,
     "agent_decisions": build_agent_decisions,
     "workspace_autonomy": build_workspace_autonomy,
+    "workspace_action_autonomy": build_workspace_action_autonomy,
     "workspace_insights": build_workspace_insights,
     "workspace_home_prefs": build_workspace_home_prefs,
     "workspace_daily_briefs": build_workspace_daily_briefs,

@@ -75,6 +75,29 @@ def test_write_tools_follow_their_area_and_reads_always_run(mode: AutonomyMode, 
     assert SEARCH_CONTACTS in offered and REQUEST_HUMAN_HANDOFF in offered
 
 
+@pytest.mark.parametrize(
+    ("area_mode", "own", "kill", "expected"),
+    [
+        (PROPOSE, AUTO, False, Gate.EXECUTE),  # promoted: this action type runs on its own
+        (AUTO, PROPOSE, False, Gate.PROPOSE),  # kept asking in an area that is auto
+        (PROPOSE, None, False, Gate.PROPOSE),  # no mode of its own: its area's
+        (OFF, AUTO, False, Gate.HIDDEN),  # an area that is off wins
+        (AUTO, AUTO, True, Gate.HIDDEN),  # and so does a kill switch
+    ],
+)
+def test_an_action_types_own_mode_overrides_its_areas_but_never_off_or_a_kill_switch(
+    area_mode: AutonomyMode, own: AutonomyMode | None, kill: bool, expected: Gate
+) -> None:
+    settings = AutonomySettings(
+        org_kill_switch=kill,
+        modes={"crm": area_mode},
+        action_modes={SEND_WHATSAPP_MESSAGE: own} if own is not None else {},
+    )
+    assert settings.gate(SEND_WHATSAPP_MESSAGE) is expected
+    # Another action type of the same area keeps the area's mode.
+    assert settings.action_mode("crm", SCHEDULE_FOLLOWUP) is settings.mode("crm")
+
+
 def test_promotion_is_suggested_at_the_third_approval_only_while_proposing() -> None:
     assert PROMOTE_AFTER_APPROVALS == 3
     assert [promotion_due(n, PROPOSE) for n in (1, 2, 3, 4)] == [False, False, True, False]
