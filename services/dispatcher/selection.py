@@ -10,9 +10,11 @@ created_at asc). Each candidate's trigger config filters the dispatch:
   owner's run command from the business phone — ``/goal``, ``/plan``, ``/loop``,
   ``/skill:`` — is not "own" here: it is addressed to the agent, and it is the only own
   message ingest dispatches);
-- ``keyword_regex``: searched case-insensitively in the message text; patterns are
-  compiled once in a bounded LRU cache, and a pattern that does not compile (the API
-  refuses those at save time) rejects rather than crashes;
+- ``keyword_regex``: searched case-insensitively in the message text with RE2 (linear
+  time, ``switchboard.keyword_patterns``: a tenant's pattern cannot stall the worker);
+  patterns are compiled once in a bounded LRU cache, and a pattern that does not compile
+  (the API refuses those at save time; one saved before RE2 may use Python-only syntax)
+  rejects rather than crashes;
 - business hours: the message's reception time in the zone of the business hours
   (the org's zone, copied into the trigger by the API); a window whose end is at or
   before its start, or past 24:00, continues after midnight into the next day.
@@ -29,12 +31,10 @@ messages with its agent in ``excluded_agent_ids``; an excluded agent is never ch
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -48,13 +48,13 @@ from switchboard.contracts import (
     WakeReason,
     Weekday,
 )
+from switchboard.keyword_patterns import cached_keyword
 from switchboard.slash_commands import is_run_command
 
 MESSAGE_EVENT: Final = "message"
 ANY_MESSAGE_EVENT: Final = "message.any"
 # Longest text a keyword pattern is searched in: bounds the cost of a pathological pattern.
 KEYWORD_TEXT_LIMIT: Final = 8_192
-KEYWORD_CACHE_SIZE: Final = 1_024
 MINUTES_PER_DAY: Final = 24 * 60
 
 _WAKE_EVENTS: Final = {
@@ -107,15 +107,6 @@ def event_type(dispatch: DispatchRequested) -> str:
     return _WAKE_EVENTS[dispatch.wake_reason]
 
 
-@lru_cache(maxsize=KEYWORD_CACHE_SIZE)
-def compile_keyword(pattern: str) -> re.Pattern[str] | None:
-    """The case-insensitive compiled pattern, or None when it does not compile (cached both ways)."""
-    try:
-        return re.compile(pattern, re.IGNORECASE)
-    except re.error:
-        return None
-
-
 def _zone(name: str) -> ZoneInfo | None:
     try:
         return ZoneInfo(name)
@@ -160,7 +151,7 @@ def trigger_rejection(trigger: TriggerConfig, dispatch: DispatchRequested) -> st
             # to the agent, not to the customer: ingest dispatches exactly those own messages.
             return "ignore_own"
         if trigger.keyword_regex:
-            pattern = compile_keyword(trigger.keyword_regex)
+            pattern = cached_keyword(trigger.keyword_regex)
             if pattern is None:
                 return "keyword_regex_invalid"
             if pattern.search(message.text[:KEYWORD_TEXT_LIMIT]) is None:

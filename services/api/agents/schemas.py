@@ -10,7 +10,6 @@ this edge (``cost_budget_cents``, as in the seed) and micro-USD in the database.
 from __future__ import annotations
 
 import itertools
-import re
 import uuid
 import zoneinfo
 from datetime import datetime
@@ -30,6 +29,7 @@ from pydantic import (
 
 from switchboard.contracts.enums import Weekday
 from switchboard.db.enums import AgentKind, AgentVersionStatus, ConcurrencyPolicy, LlmProvider
+from switchboard.keyword_patterns import KeywordPatternError, compile_keyword
 
 # [004 D4]: the deterministic handoff sentinel's defaults.
 DEFAULT_HANDOFF_KEYWORDS: tuple[str, ...] = ("falar com humano", "atendente", "pessoa real")
@@ -77,13 +77,17 @@ def check_time_zone(value: str) -> str:
 
 
 def check_keyword_regex(value: str | None) -> str | None:
-    """Compile at save time (case-insensitive, as the dispatcher matches) so a bad pattern is a 422 now."""
+    """Compile at save time with the dispatcher's own compiler (RE2, case-insensitive:
+    ``switchboard.keyword_patterns``), so a pattern it would not run is a 422 now."""
     if value is None:
         return None
     try:
-        re.compile(value, re.IGNORECASE)
-    except re.error as exc:
-        raise ValueError(f"keyword_regex is not a valid regular expression: {exc}") from exc
+        compile_keyword(value)
+    except KeywordPatternError as exc:
+        raise ValueError(
+            f"keyword_regex is not a regular expression RE2 accepts ({exc}); "
+            "backreferences and lookarounds are not supported"
+        ) from None
     return value
 
 

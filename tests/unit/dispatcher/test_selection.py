@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -10,8 +11,6 @@ import pytest
 
 from services.dispatcher.agents import AgentIndex
 from services.dispatcher.selection import (
-    KEYWORD_CACHE_SIZE,
-    compile_keyword,
     in_business_hours,
     select,
     trigger_rejection,
@@ -24,6 +23,8 @@ from switchboard.contracts import (
     TriggerConfig,
     WakeReason,
 )
+from switchboard.keyword_patterns import CACHE_SIZE as KEYWORD_CACHE_SIZE
+from switchboard.keyword_patterns import cached_keyword
 from tests.unit.dispatcher.builders import (
     ORG,
     OTHER_ORG,
@@ -304,14 +305,37 @@ def test_a_target_draft_version_needs_no_published_snapshot() -> None:
 
 
 def test_keyword_patterns_are_compiled_once_in_a_bounded_cache() -> None:
-    compile_keyword.cache_clear()
+    cached_keyword.cache_clear()
     for _ in range(3):
         trigger_rejection(trig(keyword_regex="agendar"), dispatch("agendar"))
-    info = compile_keyword.cache_info()
+    info = cached_keyword.cache_info()
     assert (info.misses, info.hits, info.maxsize) == (1, 2, KEYWORD_CACHE_SIZE)
     for n in range(KEYWORD_CACHE_SIZE + 50):
-        compile_keyword(f"kw{n}")
-    assert compile_keyword.cache_info().currsize == KEYWORD_CACHE_SIZE
+        cached_keyword(f"kw{n}")
+    assert cached_keyword.cache_info().currsize == KEYWORD_CACHE_SIZE
+
+
+def test_a_catastrophic_pattern_cannot_stall_the_worker() -> None:
+    """``(a+)+$`` backtracks exponentially in Python's ``re`` (28 ``a``s: 16 s here); RE2 is
+    linear, so the longest text a pattern is searched in answers at once."""
+    trigger = trig(keyword_regex="(a+)+$")
+    started = time.process_time()
+    assert trigger_rejection(trigger, dispatch("a" * 8_000 + "b")) == "keyword_regex"
+    assert time.process_time() - started < 1.0
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "rejection"),
+    [
+        ("FALAR com (humano|atendente)", "quero falar COM humano", None),  # case-insensitive
+        ("atenção", "ATENÇÃO por favor", None),  # beyond ASCII too
+        (r"\pL+ção", "uma situação", None),  # \pL: any letter (\w is ASCII in RE2)
+        (r"(a)\1", "aa", "keyword_regex_invalid"),  # saved before RE2: never matches, never crashes
+        ("boleto", "pix", "keyword_regex"),
+    ],
+)
+def test_keyword_patterns_are_re2(pattern: str, text: str, rejection: str | None) -> None:
+    assert trigger_rejection(trig(keyword_regex=pattern), dispatch(text)) == rejection
 
 
 def test_business_hours_follow_daylight_saving_time() -> None:
