@@ -10,7 +10,8 @@
   version's ``handoff_message``), sent once like a reply.
   A failed or aborted run that leaves customer messages unanswered
   (``switchboard.run_outcomes``) is announced on the org's webhook as
-  ``conversation.unanswered`` (``unanswered.py``).
+  ``conversation.unanswered`` (``unanswered.py``); a message the channel did not take
+  (failed, or unknown after a stop) as ``message.undelivered`` (``undelivered.py``).
 - ``handoff_triggered`` (not dry): assign the conversation to humans and notify the org's
   outgoing webhook (in the background: ``notifications.py``).
 - ``human_messages``: a person answered from Switchboard after a handoff: claim, send and
@@ -185,7 +186,8 @@ class NotifierHandlers:
         await self._record(retry.org_id, retry.run_id, retry.claimed, outcome, where)
 
     async def _record_interrupted(self, retry: Retry, outcome: Outcome) -> None:
-        await self._store.record_interrupted(retry.org_id, retry.claimed, attempts=outcome.attempts)
+        # Stopping: its ``message.undelivered`` notice stays pending for the sweep of the next notifier.
+        await self._store.record_interrupted(retry.org_id, retry.run_id, retry.claimed, attempts=outcome.attempts)
         MESSAGES_DELIVERED.labels(
             retry.claimed.route.channel if retry.claimed.route else "none", retry.claimed.kind.value, "unknown"
         ).inc()
@@ -209,7 +211,7 @@ class NotifierHandlers:
         error = outcome.error
         channel_name = claimed.route.channel if claimed.route else "none"
         SEND_ATTEMPTS.labels(channel_name).inc(outcome.attempts)
-        await self._store.record_outcome(
+        notice = await self._store.record_outcome(
             org_id,
             run_id,
             claimed,
@@ -218,6 +220,8 @@ class NotifierHandlers:
             error_code=error.code if error else None,
             error_message=error.message if error else None,
         )
+        if notice is not None:
+            self.notifications.submit(org_id, notice)  # the customer is not getting it: tell the humans
         # Counted once the outcome is committed: a redelivery after a failed commit records it again.
         label = "sent" if error is None else "withheld" if error.code == WITH_HUMANS else "failed"
         MESSAGES_DELIVERED.labels(channel_name, claimed.kind.value, label).inc()

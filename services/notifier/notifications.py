@@ -37,9 +37,7 @@ class NotificationQueue:
     def in_flight(self) -> frozenset[uuid.UUID]:
         return frozenset(self._tasks)
 
-    def submit(
-        self, org_id: uuid.UUID, notification: Notification, limiter: asyncio.Semaphore | None = None
-    ) -> bool:
+    def submit(self, org_id: uuid.UUID, notification: Notification, limiter: asyncio.Semaphore | None = None) -> bool:
         """Start sending it (once ``limiter`` lets it, when given); False when it is already
         being sent by this process."""
         if notification.id in self._tasks:

@@ -20,6 +20,7 @@ from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from services.notifier import undelivered
 from services.notifier.channels import Destination
 from services.notifier.metrics import MESSAGES_DELIVERED
 from switchboard.contracts import HandoffTriggered, HumanMessageRequested, RunCompleted, SendTarget
@@ -448,8 +449,9 @@ class NotifierStore:
         external_id: str | None,
         error_code: str | None,
         error_message: str | None,
-    ) -> None:
-        """What the channel answered, on the claim, the message and (for the reply) the run."""
+    ) -> Notification | None:
+        """What the channel answered, on the claim, the message and (for the reply) the run; for a
+        message the channel did not take, the humans' ``message.undelivered`` notice (to send)."""
         delivered = error_code is None
         message = None if error_message is None else scrub_text(error_message)[:ERROR_MESSAGE_LIMIT]
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
@@ -468,6 +470,11 @@ class NotifierStore:
                     "completed_at": datetime.now(UTC),
                     "message_status": (MessageDeliveryStatus.SENT if delivered else MessageDeliveryStatus.FAILED).value,
                 },
+            )
+            if delivered or error_code == WITH_HUMANS:
+                return None  # sent, or withheld from people who are answering themselves
+            return await self._undelivered_notice(
+                session, org_id, run_id, claimed, outcome="failed", error_code=error_code, attempts=attempts
             )
 
     async def taken_over_since_claimed(self, org_id: uuid.UUID, message_id: uuid.UUID) -> bool:
@@ -488,9 +495,11 @@ class NotifierStore:
             )
             return bool(taken)
 
-    async def record_interrupted(self, org_id: uuid.UUID, claimed: Claimed, *, attempts: int) -> None:
+    async def record_interrupted(
+        self, org_id: uuid.UUID, run_id: uuid.UUID | None, claimed: Claimed, *, attempts: int
+    ) -> Notification | None:
         """A claim whose retries a stop cut short: ``unknown`` (an attempt may have reached the channel),
-        never sent again — as a claim found ``sending`` on redelivery."""
+        never sent again — as a claim found ``sending`` on redelivery; and the humans' notice."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
             interrupted = await session.execute(
                 update(RunDelivery)
@@ -501,8 +510,48 @@ class NotifierStore:
                 )
                 .values(status=DeliveryState.UNKNOWN.value, attempts=attempts, error_code="interrupted")
             )
-            if getattr(interrupted, "rowcount", 0):
-                await _mark_unknown(session, org_id, claimed.message_id)
+            if not getattr(interrupted, "rowcount", 0):
+                return None
+            await _mark_unknown(session, org_id, claimed.message_id)
+            return await self._undelivered_notice(
+                session, org_id, run_id, claimed, outcome="unknown", error_code="interrupted", attempts=attempts
+            )
+
+    async def _undelivered_notice(
+        self,
+        session: AsyncSession,
+        org_id: uuid.UUID,
+        run_id: uuid.UUID | None,
+        claimed: Claimed,
+        *,
+        outcome: str,
+        error_code: str | None,
+        attempts: int,
+    ) -> Notification | None:
+        """The ``message.undelivered`` notification of ``claimed``, in the caller's transaction."""
+        row = (
+            await session.execute(
+                select(Message.conversation_id, Message.channel_session_id, Conversation.contact_id)
+                .join(Conversation, Conversation.id == Message.conversation_id)
+                .where(Message.org_id == org_id, Message.id == claimed.message_id)
+            )
+        ).one_or_none()
+        if row is None:
+            return None
+        body = undelivered.payload(
+            message_id=claimed.message_id,
+            kind=claimed.kind.value,
+            run_id=run_id,
+            conversation_id=row.conversation_id,
+            contact_id=row.contact_id,
+            channel_session_id=row.channel_session_id,
+            outcome=outcome,
+            error_code=error_code,
+            attempts=attempts,
+        )
+        key = undelivered.dedupe_key(claimed.message_id)
+        await self._insert_notification(session, org_id, key, undelivered.EVENT_TYPE, body)
+        return await self._pending_notification(session, org_id, key)
 
     async def expire_stale_claims(self, older_than_s: float) -> int:
         """Claims of every org still ``sending`` after ``older_than_s``: their notifier stopped without

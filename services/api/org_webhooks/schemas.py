@@ -18,6 +18,7 @@ SIGNATURE_HEADER = "X-Switchboard-Signature"
 EVENT_TYPES = [
     "conversation.handoff",
     "conversation.unanswered",
+    "message.undelivered",
     "budget.incident",
     "channel.disconnected",
     "home.digest",

@@ -19,6 +19,7 @@ from switchboard.crypto import KeyRing
 from switchboard.db.enums import Role
 from switchboard.settings import KafkaSettings
 from tests.integration.notifier.conftest import API_KEY, RunningNotifier, World, eventually
+from tests.integration.notifier.test_handoff import notifications
 from tests.support.api import create_org
 from tests.support.stack import StackEndpoints
 
@@ -148,6 +149,13 @@ async def test_a_graceful_stop_records_retries_still_waiting_as_unknown(
     assert delivery.attempts >= 2
     [message] = world.outbound(stuck.run_id)
     assert message.delivery_status == "unknown"
+    # The humans will hear of it: the notice is written with the outcome, for the next notifier's sweep.
+    [notice] = [n for n in notifications(world) if n.event_type == "message.undelivered"]
+    assert (notice.status, notice.payload["outcome"], notice.payload["message_id"]) == (
+        "pending",
+        "unknown",
+        str(message.id),
+    )
     await asyncio.sleep(0.5)
     assert all(s.status_returned == 503 for s in channel.received), "nothing sent after the stop"
 

@@ -289,3 +289,48 @@ async def test_a_handoff_that_arrives_after_a_takeover_and_handback_leaves_the_c
     later = world.run(status=RunStatus.HANDOFF, text=None)  # a new run asks again: that one counts
     await publish(Topics.HANDOFF_TRIGGERED, world.handoff(later))
     await eventually(lambda: world.conversation().status, lambda status: status == "handoff")
+
+
+async def test_a_reply_the_channel_refused_is_announced_once_a_delivered_or_withheld_one_is_not(
+    world: World,
+    channel: ChannelServer,
+    receiver: WebhookReceiver,
+    api: httpx.AsyncClient,
+    publish: Publish,
+    start_notifier: Start,
+) -> None:
+    """``completed`` is not "delivered": a reply WAHA refused leaves its customer waiting, and only
+    the run table knew. The org's webhook hears of it once (a redelivery announces nothing more)."""
+    secret = await set_webhook(api, world, receiver.url)
+    channel.fail_next(400)
+    refused, delivered = world.run(text="Seu pedido saiu."), world.run(text="Obrigado!")
+    await start_notifier()
+    for run in (refused, delivered, refused):  # `refused` redelivered
+        await publish(Topics.RUN_COMPLETED, run)
+    await eventually(lambda: [d.status for d in world.deliveries(delivered.run_id)], lambda s: s == ["sent"])
+    await eventually(lambda: len(receiver.hits), lambda n: n == 1)
+    (hit,) = receiver.hits
+    assert verify(secret, hit.headers, hit.body)
+    event = hit.json()
+    [reply] = world.outbound(refused.run_id)
+    assert event["type"] == "message.undelivered"
+    assert event["data"] == {
+        "message_id": str(reply.id),
+        "kind": "reply",
+        "run_id": str(refused.run_id),
+        "conversation_id": str(world.conversation_id),
+        "contact_id": str(world.contact_id),
+        "channel_session_id": str(world.channel_id),
+        "outcome": "failed",
+        "error_code": "http_400",
+        "attempts": 1,
+    }
+    assert "Seu pedido" not in hit.body.decode(), "never the message's text"
+
+    # People took the conversation over: the reply is withheld on purpose, nobody needs telling.
+    taken = await api.post(f"/api/v1/conversations/{world.conversation_id}:takeover", headers=world.org.headers())
+    assert taken.status_code == 200, taken.text
+    withheld = world.run(text="Já vou verificar.")
+    await publish(Topics.RUN_COMPLETED, withheld)
+    await eventually(lambda: [d.status for d in world.deliveries(withheld.run_id)], lambda s: s == ["failed"])
+    assert [n.event_type for n in notifications(world)] == ["message.undelivered"]
