@@ -31,6 +31,7 @@ from services.api.core.text_guard import reject_nul_characters
 from services.api.credentials.endpoints import router as credentials_router
 from services.api.followups.endpoints import router as followups_router
 from services.api.followups.scheduler import FollowupScheduler
+from services.api.goals.endpoints import router as goals_router
 from services.api.home.endpoints import router as home_router
 from services.api.identity.endpoints import router as identity_router
 from services.api.mcp.server import MCP_MOUNT, McpToolServer
@@ -173,6 +174,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         contacts_router,
         memory_router,
         followups_router,
+        goals_router,
         org_webhooks_router,
         organization_router,
         autonomy_router,

@@ -198,11 +198,15 @@ class SlashStore:
                 .with_for_update()
             )
             row = await session.scalar(select(ConversationGoal).where(ConversationGoal.id == goal.id).with_for_update())
-            if row is None or row.last_run_id == request.run_id or row.status != GoalStatus.ACTIVE.value:
+            if row is None or row.last_run_id == request.run_id:
                 return False
             row.spent_micros += outcome.cost_micros
             row.segments += 1
             row.last_run_id = request.run_id
+            if row.status != GoalStatus.ACTIVE.value:
+                # Stopped while this segment ran (/goal stop, the API, a new goal): what it spent still
+                # counts, nothing follows it.
+                return True
             row.status = verdict.status.value
             row.end_reason = None if verdict.continues else verdict.reason
             if verdict.continues:

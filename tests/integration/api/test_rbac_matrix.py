@@ -127,6 +127,9 @@ POLICY: dict[tuple[str, str], Need] = {
     ("POST", "/api/v1/autonomy/{area}/promotions/{action_type}:accept"): "admin_mfa",
     ("POST", "/api/v1/autonomy/{area}/promotions/{action_type}:dismiss"): "manager",
     ("GET", "/api/v1/decisions"): "viewer",
+    # Goals (/goal and /loop work).
+    ("GET", "/api/v1/goals"): "viewer",
+    ("POST", "/api/v1/goals/{goal_id}:stop"): "manager",
     ("POST", "/api/v1/decisions/{action_id}:approve"): "manager",
     ("POST", "/api/v1/decisions/{action_id}:reject"): "manager",
 }

@@ -289,6 +289,29 @@ async def test_goal_stop_ends_the_autonomous_work_without_a_model_call(rh: Runne
     assert len(_outbox(rh, agent, Topics.DISPATCH_REQUESTED)) == 1
 
 
+async def test_a_goal_stopped_while_its_segment_runs_still_counts_what_the_segment_spent(rh: RunnerHarness) -> None:
+    """The owner stops the goal (``POST /api/v1/goals/{id}:stop`` or ``/goal stop``) while a segment
+    is at work: the segment finishes, its spend is the goal's, and no next segment starts."""
+    agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS])
+
+    def stopped_meanwhile(received: Received) -> Reply:
+        rh.scalar(
+            agent.org_id, "UPDATE conversation_goals SET status = 'stopped', end_reason = 'by the owner' RETURNING id"
+        )
+        return Reply(text="Progress: two leads answered.")
+
+    rh.fake.script(stopped_meanwhile)
+    row = await rh.run(run_request(agent, [command(rh.db, agent, "/goal answer every lead")]))
+    assert row.status == "completed" and row.cost_micros > 0
+    with Session(rh.db, expire_on_commit=False) as session, tenant_transaction(session, agent.org_id):
+        goal = session.scalars(
+            select(ConversationGoal).where(ConversationGoal.conversation_id == agent.conversation_id)
+        ).one()
+    assert (goal.status, goal.end_reason) == ("stopped", "by the owner")
+    assert (goal.spent_micros, goal.segments, goal.last_run_id) == (row.cost_micros, 1, row.id)
+    assert _outbox(rh, agent, Topics.DISPATCH_REQUESTED) == []  # nothing follows a stopped goal
+
+
 # ---------------------------------------------------------------------------------------------- /skill
 
 
