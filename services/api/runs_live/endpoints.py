@@ -80,11 +80,17 @@ class DryRunResult(BaseModel):
     latency_ms: int | None
     would_send_to: dict[str, Any] | None
     run: RunDetail | None
+    # The test's handle while its run is not there yet (a 202): its runs are
+    # ``GET /api/v1/runs?conversation_id=…&dry_run=true``; the sample message is ``message_id``.
+    conversation_id: uuid.UUID
+    message_id: uuid.UUID
 
 
-def _result(run: AiAgentRun | None) -> DryRunResult:
+def _result(run: AiAgentRun | None, ticket: service.DryRunTicket) -> DryRunResult:
+    handle = {"conversation_id": ticket.conversation_id, "message_id": ticket.message_id}
     if run is None:
         return DryRunResult(
+            **handle,
             run_id=None,
             status="queued",
             final_text=None,
@@ -99,6 +105,7 @@ def _result(run: AiAgentRun | None) -> DryRunResult:
         )
     full = detail(run)
     return DryRunResult(
+        **handle,
         run_id=run.id,
         status=run.status,
         final_text=run.final_text,
@@ -140,13 +147,14 @@ async def test_version(
             contact_name=body.sample_contact.name if body.sample_contact else None,
             contact_phone=body.sample_contact.phone if body.sample_contact else None,
             request_id=ctx.request_id or None,
+            actor_user_id=ctx.principal.user_id,
         ),
     )
     # The request's own transaction (the token lookup) ends here: waiting for the run must not
     # hold a pooled connection for up to the deadline (webhooks share the pool).
     await ctx.session.commit()
     run = await service.wait_for_run(db.sessions, ctx.org_id, ticket, timeout_s=LiveRunSettings().dry_run_timeout_s)
-    result = _result(run)
+    result = _result(run, ticket)
     done = run is not None and run.status not in {s.value for s in ACTIVE_RUN_STATUSES}
     return JSONResponse(Envelope[DryRunResult](data=result).model_dump(mode="json"), status_code=200 if done else 202)
 

@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from services.api.core.errors import Conflict, NotFound, ValidationFailed
 from switchboard.contracts import DispatchRequested, InboundMessage, RunEvent, Serde, Topics, WakeContext
 from switchboard.contracts.enums import DispatchOutcome, RunEventType, WakeReason
+from switchboard.db.audit import record_audit
 from switchboard.db.enums import ACTIVE_RUN_STATUSES
 from switchboard.db.models import AiAgent, AiAgentRun, AiAgentVersion, Contact, Conversation, DispatchDecision, Message
 from switchboard.db.outbox import enqueue_record
@@ -58,6 +59,8 @@ class DryRunRequest:
     request_id: str | None
     # The sample contact's phone, stored on the test contact as a customer's would be.
     contact_phone: str | None = None
+    # Who asked, for the audit log (None: an API token).
+    actor_user_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,23 @@ async def request_dry_run(
             dry_run=True,
         )
         await session.run_sync(enqueue_record, Topics.DISPATCH_REQUESTED, record, serde=serde)
+        # A test spends the org's provider money like a customer's message: who ran which version is audited.
+        await session.run_sync(
+            lambda s: record_audit(
+                s,
+                org_id=request.org_id,
+                action="ai_agent_version.tested",
+                actor_user_id=request.actor_user_id,
+                target_type="ai_agent_version",
+                target_id=request.version_id,
+                details={
+                    "agent_id": str(request.agent_id),
+                    "conversation_id": str(conversation_id),
+                    "message_id": str(message.id),
+                },
+                request_id=request.request_id,
+            )
+        )
         return DryRunTicket(message_id=message.id, conversation_id=conversation_id, dispatch_event_id=record.event_id)
 
 

@@ -134,6 +134,22 @@ async def test_dry_run_returns_the_trace_sends_nothing_and_streams_its_events(
     assert outbound == 0
     phone = rh.scalar(org.org_id, "SELECT phone_number FROM contacts WHERE external_id LIKE 'switchboard-test-%'")
     assert phone == "+5511912345678", "the sample contact's phone is on the test contact, in E.164"
+    # The test's handle (what a 202 would give to find the run later), and who ran it: audited.
+    assert data["conversation_id"] == data["run"]["conversation_id"]
+    sample = rh.scalar(org.org_id, "SELECT body FROM messages WHERE id = :m", m=data["message_id"])
+    assert sample == "Quanto custa o produto X?"
+    audited = rh.scalar(
+        org.org_id,
+        "SELECT json_build_object('actor', actor_user_id, 'target', target_id, 'details', details)"
+        " FROM audit_log WHERE action = 'ai_agent_version.tested'",
+    )
+    assert audited["actor"] == str(org.admin_user_id) and audited["target"] == str(agent.version_id)
+    assert audited["details"] == {
+        "agent_id": str(agent.agent_id),
+        "conversation_id": data["conversation_id"],
+        "message_id": data["message_id"],
+    }
+    assert "Quanto custa" not in json.dumps(audited), "never the sample's text"
 
     stream = await api.get(f"/api/v1/runs/{data['run_id']}/events", headers=org.headers())
     assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
