@@ -12,12 +12,14 @@ from fastapi import APIRouter, Header, Query, Request, Response
 
 from services.api.contacts import service as contacts_service
 from services.api.contacts.schemas import ContactSummary
-from services.api.conversations import reading, replies, service, wake
+from services.api.conversations import commands, reading, replies, service, wake
 from services.api.conversations.schemas import (
+    CommandResult,
     ConversationView,
     DecisionView,
     HandbackResult,
     MessageView,
+    SendCommand,
     SendMessage,
     WakeRequest,
     WakeResult,
@@ -244,6 +246,46 @@ async def send_message(
     if not sent.created:
         response.status_code = 200
     return Envelope(data=MessageView.model_validate(sent.message))
+
+
+@router.post(
+    "/conversations/{conversation_id}/commands",
+    response_model=Envelope[CommandResult],
+    status_code=202,
+    responses=error_responses(Unauthorized, Forbidden, NotFound, Conflict, ValidationFailed),
+)
+async def send_command(
+    conversation_id: uuid.UUID,
+    body: SendCommand,
+    ctx: Manager,
+    request: Request,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias="Idempotency-Key", max_length=200, description="A retry with the same key is the same command"),
+    ] = None,
+) -> Envelope[CommandResult]:
+    """Send `/plan`, `/goal`, `/loop` or `/skill:` to the conversation's agent without writing it into the
+    customer's chat (where WhatsApp would show it to the customer); the agent acts on it as on the same
+    command typed from the business phone. 409 `conversation_not_open` while people own the conversation."""
+    serde: Serde = request.app.state.serde
+    sent = await ctx.session.run_sync(
+        lambda s: commands.send_command(
+            s,
+            serde,
+            org_id=ctx.org_id,
+            conversation_id=conversation_id,
+            text=body.text,
+            actor_user_id=ctx.principal.user_id,
+            idempotency_key=idempotency_key,
+            request_id=ctx.request_id,
+        )
+    )
+    if not sent.created:
+        response.status_code = 200
+    return Envelope(
+        data=CommandResult(conversation_id=conversation_id, message_id=sent.message_id, command=sent.command)
+    )
 
 
 @router.post(

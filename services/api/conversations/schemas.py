@@ -34,6 +34,22 @@ class HandbackResult(ConversationView):
     )
 
 
+class SendCommand(BaseModel):
+    """A command of the business's to the conversation's agent (``/plan``, ``/goal``, ``/loop``, ``/skill:``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=4096, description="The command as it would be typed, e.g. /goal …")
+
+
+class CommandResult(BaseModel):
+    """The command went to the agent (not to the customer): stored as ``message_id``, dispatched."""
+
+    conversation_id: uuid.UUID
+    message_id: uuid.UUID
+    command: str  # plan | goal | loop | skill
+
+
 class SendMessage(BaseModel):
     """A person's message to the customer of a conversation handed to humans."""
 

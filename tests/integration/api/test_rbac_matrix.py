@@ -130,6 +130,7 @@ POLICY: dict[tuple[str, str], Need] = {
     # Goals (/goal and /loop work).
     ("GET", "/api/v1/goals"): "viewer",
     ("POST", "/api/v1/goals/{goal_id}:stop"): "manager",
+    ("POST", "/api/v1/conversations/{conversation_id}/commands"): "manager",
     ("POST", "/api/v1/decisions/{action_id}:approve"): "manager",
     ("POST", "/api/v1/decisions/{action_id}:reject"): "manager",
 }

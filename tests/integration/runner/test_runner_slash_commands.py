@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from services.api.conversations.commands import send_command
 from services.api.webhooks.schemas import WahaEvent
 from services.api.webhooks.service import ingest_message
 from services.runner.goals import GOAL_COMPLETE
@@ -310,6 +311,41 @@ async def test_a_goal_stopped_while_its_segment_runs_still_counts_what_the_segme
     assert (goal.status, goal.end_reason) == ("stopped", "by the owner")
     assert (goal.spent_micros, goal.segments, goal.last_run_id) == (row.cost_micros, 1, row.id)
     assert _outbox(rh, agent, Topics.DISPATCH_REQUESTED) == []  # nothing follows a stopped goal
+
+
+async def test_a_goal_sent_through_the_api_runs_like_one_typed_on_the_phone_and_the_customer_never_sees_it(
+    rh: RunnerHarness,
+) -> None:
+    """``POST /api/v1/conversations/{id}/commands``: the command reaches the agent as the business's
+    (``from_me``) without being written into the customer's chat."""
+    agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS])
+    serde = Serde.from_settings(rh.kafka)
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        sent = send_command(
+            session,
+            serde,
+            org_id=agent.org_id,
+            conversation_id=agent.conversation_id,
+            text="/goal answer every lead --budget 2",
+            actor_user_id=None,
+            idempotency_key=None,
+            request_id="req-api-command",
+        )
+    (wake,) = _outbox(rh, agent, Topics.DISPATCH_REQUESTED)
+    assert wake.message is not None and wake.message.from_me and wake.message.message_id == sent.message_id
+    # What the dispatcher makes of it: the conversation's agent answers the stored message.
+    request = run_request(agent, [wake.message])
+    rh.fake.script([Reply(text="On it: two leads answered so far.")])
+    row = await rh.run(request)
+    assert "answer every lead" in _user_texts(rh.fake.received[-1]) and "/goal" not in _user_texts(rh.fake.received[-1])
+    assert _layers(row)["Directive"].startswith("Goal: answer every lead")
+    assert rh.scalar(agent.org_id, "SELECT budget_micros FROM conversation_goals") == 2_000_000
+    # Stored as the business's message, never sent: no delivery, and its status says so.
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        stored = session.get_one(Message, sent.message_id)
+        assert (stored.direction, stored.sender, stored.delivery_status) == ("outbound", "human", "received")
+        assert stored.attributes == {"command": "api"}
+    assert rh.scalar(agent.org_id, "SELECT count(*) FROM run_deliveries WHERE message_id = :m", m=sent.message_id) == 0
 
 
 # ---------------------------------------------------------------------------------------------- /skill
