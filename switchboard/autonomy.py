@@ -8,7 +8,7 @@ switch and an area's kill switch force ``off``, and so does an area set to ``off
 whatever its action types say. After the owner approved the same action type
 ``PROMOTE_AFTER_APPROVALS`` times, the system *suggests* ``auto`` for that action type
 — never switches, and never the whole area.
-The functions here are pure except :func:`load_settings` (one query, RLS-scoped).
+The functions here are pure except :func:`load_settings` (three small queries, RLS-scoped).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def promotion_due(approvals: int, current_mode: AutonomyMode) -> bool:
 
 
 def load_settings(session: Session, org_id: uuid.UUID) -> AutonomySettings:
-    """The org's settings in one round trip per table (the session's tenant must be ``org_id``)."""
+    """The org's settings, one round trip per table (the session's tenant must be ``org_id``)."""
     kill = session.scalar(select(Organization.autonomy_kill_switch).where(Organization.id == org_id))
     rows = session.execute(
         select(WorkspaceAutonomy.area, WorkspaceAutonomy.mode, WorkspaceAutonomy.kill_switch).where(

@@ -1,72 +1,105 @@
-"""Keyword triggers' patterns, compiled with RE2: linear time whatever a tenant writes.
+"""Keyword triggers' patterns: Python's syntax and Unicode, with a bound on the time a search may take.
 
 An agent's ``trigger_config.keyword_regex`` is searched in every inbound message its org
 receives, by the dispatcher, on the event loop that serves every org of its partitions.
-Python's ``re`` backtracks: ``(a+)+$`` against 28 ``a``s and a ``b`` took 16 s on this
-machine, a stalled worker for everyone, and the replay after its restart met the same
-message again. RE2 (google-re2) guarantees time linear in the text and refuses the
-constructs that need backtracking (backreferences, lookarounds) — a ``422`` when the
-version is saved, with RE2's own message. Decided (2026-12-05; docs/api.md "Checked at save
-time"): the API and the dispatcher share this one compiler, so what saves is what runs.
+Python's ``re`` backtracks without bound: ``^(a|aa)+$`` against a few dozen ``a``s and a ``!``
+stalls a worker for everyone, and the replay after its restart meets the same message again.
 
-Syntax notes for owners: case-insensitive always; ``\\w``, ``\\d`` and ``\\b`` are ASCII in
-RE2 (``\\pL`` matches any letter, accented ones included: ``atendimento|atenção`` works as
-written).
+Decided (2026-12-05; docs/api.md "Checked at save time"): the ``regex`` module in its
+``re``-compatible mode (``V0``): the same syntax and the same Unicode meaning of ``\\b``,
+``\\w`` and ``\\d`` as before — a Portuguese ``\\bolá\\b`` keeps matching ("oi, OLÁ!") — plus
+a timeout on every search. RE2 (linear time) was tried the same day and dropped: its
+``\\b``, ``\\w`` and ``\\d`` are ASCII, so saved patterns around accented words stopped
+matching without a word. Two guards:
+
+- at save time (:func:`check_keyword`): the pattern compiles, and searching a few texts that
+  make catastrophic patterns backtrack finishes within :data:`SEARCH_TIMEOUT_S` each
+  (``422 keyword_regex_too_slow`` otherwise);
+- at match time (:class:`KeywordPattern`): a search that exceeds the timeout raises
+  :class:`KeywordPatternTimeout`, and the compiled pattern is disabled in this process, so a
+  pattern the probes missed costs each worker one timeout, not one per message.
+
+The API and the dispatcher share this one compiler, so what saves is what runs.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Final, Protocol
+from typing import Final
 
-import re2
+import regex
 
-# Most memory RE2 may use for one compiled pattern (its default is 8 MiB).
-MAX_PROGRAM_BYTES: Final = 1 << 20
+# The longest a search may take before the pattern is given up on.
+SEARCH_TIMEOUT_S: Final = 0.02
 CACHE_SIZE: Final = 1_024
-
-
-class KeywordPattern(Protocol):
-    def search(self, text: str) -> object | None: ...
+_FLAGS: Final = regex.IGNORECASE | regex.V0
+# Texts that make the usual catastrophic shapes backtrack ((a+)+$, (a|aa)+$, (\w+\s?)+$ ...).
+PROBES: Final = (
+    "a" * 3_000 + "!",
+    "1" * 3_000 + "!",
+    " " * 3_000 + "!",
+    "ab" * 1_500 + "!",
+    "olá " * 750 + "!",
+)
 
 
 class KeywordPatternError(ValueError):
-    """The pattern is not one RE2 compiles (the message says why)."""
+    """The pattern does not compile, or searching it is too slow (the message says which)."""
 
-    code = "keyword_regex_invalid"
-
-
-def _options() -> re2.Options:
-    options = re2.Options()
-    options.case_sensitive = False
-    options.never_capture = True  # only "does it match": no groups to keep
-    options.log_errors = False  # a tenant's bad pattern is their 422, not our stderr
-    options.max_mem = MAX_PROGRAM_BYTES
-    return options
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-_OPTIONS: Final = _options()
+class KeywordPatternTimeout(Exception):
+    """A search exceeded :data:`SEARCH_TIMEOUT_S`; the pattern is disabled in this process."""
+
+
+class KeywordPattern:
+    """A compiled keyword pattern that gives up on a search taking longer than the timeout."""
+
+    __slots__ = ("_compiled", "disabled")
+
+    def __init__(self, compiled: regex.Pattern[str]) -> None:
+        self._compiled = compiled
+        self.disabled = False
+
+    def matches(self, text: str) -> bool:
+        if self.disabled:
+            raise KeywordPatternTimeout("disabled after an earlier search timed out")
+        try:
+            return self._compiled.search(text, timeout=SEARCH_TIMEOUT_S) is not None
+        except TimeoutError:
+            self.disabled = True
+            raise KeywordPatternTimeout(f"a search took longer than {SEARCH_TIMEOUT_S * 1000:.0f} ms") from None
 
 
 def compile_keyword(pattern: str) -> KeywordPattern:
-    """The compiled pattern, or :class:`KeywordPatternError` with RE2's reason."""
+    """The compiled pattern (case-insensitive, ``re`` syntax), or :class:`KeywordPatternError`."""
     try:
-        return re2.compile(pattern, _OPTIONS)  # type: ignore[no-any-return]
-    except re2.error as exc:
-        raise KeywordPatternError(_reason(exc)) from None
+        return KeywordPattern(regex.compile(pattern, _FLAGS))
+    except regex.error as exc:
+        raise KeywordPatternError("keyword_regex_invalid", str(exc)) from None
+
+
+def check_keyword(pattern: str) -> None:
+    """Save time: it compiles, and no probe text makes it exceed the search timeout."""
+    compiled = compile_keyword(pattern)
+    for probe in PROBES:
+        try:
+            compiled.matches(probe)
+        except KeywordPatternTimeout:
+            raise KeywordPatternError(
+                "keyword_regex_too_slow",
+                "searching it backtracks for too long (nested repetition such as (a+)+ or (a|aa)+); simplify it",
+            ) from None
 
 
 @lru_cache(maxsize=CACHE_SIZE)
 def cached_keyword(pattern: str) -> KeywordPattern | None:
-    """:func:`compile_keyword` cached both ways; None for a pattern that does not compile."""
+    """:func:`compile_keyword` cached both ways (None: it does not compile); a pattern that timed
+    out stays disabled while it is cached."""
     try:
         return compile_keyword(pattern)
     except KeywordPatternError:
         return None
-
-
-def _reason(exc: Exception) -> str:
-    detail = exc.args[0] if exc.args else str(exc)
-    if isinstance(detail, bytes):
-        detail = detail.decode("utf-8", errors="replace")
-    return str(detail)

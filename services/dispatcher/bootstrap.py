@@ -132,7 +132,10 @@ class Dispatcher:
         self.run_queue: RunQueue | None = None
         self.runner_offsets: CommittedOffsets | None = None
         if settings.runner_group:
-            self.run_queue = RunQueue(settings.runner_offsets_refresh_s)
+            self.run_queue = RunQueue(
+                settings.runner_offsets_refresh_s,
+                horizon_s=settings.max_queued_s + max(settings.start_lease_s, settings.lease_s),
+            )
             self.runner_offsets = CommittedOffsets(
                 kafka, kafka.consumer_group(settings.runner_group), Topics.RUN_REQUESTED.physical_name(kafka)
             )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections import OrderedDict
@@ -41,7 +42,10 @@ log = get_logger(__name__)
 
 QUEUED_WAITS = Counter(
     "switchboard_dispatcher_queued_lease_waits_total",
-    "Start leases that lapsed while the run request still waited in the runners' input (not recovered)",
+    "Lapsed start leases whose run request still waited in the runners' input (held, unless past max_queued_s)",
+)
+OFFSET_READ_FAILURES = Counter(
+    "switchboard_dispatcher_runner_offsets_read_failures_total", "Reads of the runner group's offsets that failed"
 )
 TRACKED = Gauge("switchboard_dispatcher_run_requests_tracked", "Run requests sent and not yet acknowledged by a runner")
 SNAPSHOT_AGE = Gauge(
@@ -56,12 +60,21 @@ class RunQueue:
     """See the module docstring. One per worker process; everything runs on its event loop."""
 
     def __init__(
-        self, refresh_s: float, *, capacity: int = 1_000_000, clock: Callable[[], float] = time.monotonic
+        self,
+        refresh_s: float,
+        *,
+        horizon_s: float = 3_600.0,
+        capacity: int = 200_000,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._refresh_s = refresh_s
+        # A position older than this can no longer hold a lease (``max_queued_s`` past the dispatch,
+        # plus the start lease): dropped, as are positions of runs that moved to another worker.
+        self._horizon_s = horizon_s
         self._capacity = capacity
         self._clock = clock
-        self._positions: OrderedDict[uuid.UUID, tuple[int, int]] = OrderedDict()
+        # run id -> (partition, offset, when it was placed), oldest first.
+        self._positions: OrderedDict[uuid.UUID, tuple[int, int, float]] = OrderedDict()
         self._committed: dict[int, int] = {}
         self._observed_at: float | None = None
 
@@ -78,11 +91,19 @@ class RunQueue:
         position = placement.position()
         if position is None:
             return  # not written: the processor's next batch fails on it (``_settle_outputs``)
-        self._positions[run_id] = position
+        now = self._clock()
+        self._positions[run_id] = (*position, now)
         self._positions.move_to_end(run_id)
-        while len(self._positions) > self._capacity:
-            self._positions.popitem(last=False)
-        TRACKED.set(len(self._positions))
+        self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        """Drop positions past the horizon (oldest first) and beyond the capacity."""
+        positions = self._positions
+        while positions and (
+            len(positions) > self._capacity or now - next(iter(positions.values()))[2] > self._horizon_s
+        ):
+            positions.popitem(last=False)
+        TRACKED.set(len(positions))
 
     def forget(self, run_id: uuid.UUID) -> None:
         """The run started, heartbeated or ended: it is no longer waiting anywhere."""
@@ -106,7 +127,7 @@ class RunQueue:
         SNAPSHOT_AGE.set(age)
         if age > 3 * self._refresh_s:
             return None
-        partition, offset = position
+        partition, offset, _ = position
         committed = self._committed.get(partition)
         if committed is None:
             return None
@@ -117,12 +138,21 @@ class RunQueue:
 
     async def run(self, stop: asyncio.Event, fetch: OffsetFetch) -> None:
         """Read the runner group's committed offsets every ``refresh_s`` until ``stop``."""
+        failures = 0
         while not stop.is_set():
             try:
                 async with asyncio.timeout(max(self._refresh_s, 2.0)):
                     self.observe(await fetch())
+                failures = 0
             except Exception as exc:  # broker away: the snapshot ages, answers turn unknown
-                log.debug("runner offsets not read", extra={"error": type(exc).__name__})
+                failures += 1
+                OFFSET_READ_FAILURES.inc()
+                level = logging.WARNING if failures % 12 == 1 else logging.DEBUG  # the first, then every 12th
+                log.log(level, "runner offsets not read", extra={"error": type(exc).__name__, "failures": failures})
+            now = self._clock()
+            if self._observed_at is not None:
+                SNAPSHOT_AGE.set(now - self._observed_at)
+            self._prune(now)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self._refresh_s)
 

@@ -10,11 +10,12 @@ created_at asc). Each candidate's trigger config filters the dispatch:
   owner's run command from the business phone — ``/goal``, ``/plan``, ``/loop``,
   ``/skill:`` — is not "own" here: it is addressed to the agent, and it is the only own
   message ingest dispatches);
-- ``keyword_regex``: searched case-insensitively in the message text with RE2 (linear
-  time, ``switchboard.keyword_patterns``: a tenant's pattern cannot stall the worker);
-  patterns are compiled once in a bounded LRU cache, and a pattern that does not compile
-  (the API refuses those at save time; one saved before RE2 may use Python-only syntax)
-  rejects rather than crashes;
+- ``keyword_regex``: searched case-insensitively in the message text, each search bounded
+  by a timeout (``switchboard.keyword_patterns``: a tenant's pattern cannot stall the
+  worker; one that timed out is disabled in this process and rejects as
+  ``keyword_regex_timeout``); patterns are compiled once in a bounded LRU cache, and a
+  pattern that does not compile (the API refuses those at save time) rejects rather than
+  crashes;
 - business hours: the message's reception time in the zone of the business hours
   (the org's zone, copied into the trigger by the API); a window whose end is at or
   before its start, or past 24:00, continues after midnight into the next day.
@@ -48,7 +49,7 @@ from switchboard.contracts import (
     WakeReason,
     Weekday,
 )
-from switchboard.keyword_patterns import cached_keyword
+from switchboard.keyword_patterns import KeywordPatternTimeout, cached_keyword
 from switchboard.slash_commands import is_run_command
 
 MESSAGE_EVENT: Final = "message"
@@ -154,8 +155,11 @@ def trigger_rejection(trigger: TriggerConfig, dispatch: DispatchRequested) -> st
             pattern = cached_keyword(trigger.keyword_regex)
             if pattern is None:
                 return "keyword_regex_invalid"
-            if pattern.search(message.text[:KEYWORD_TEXT_LIMIT]) is None:
-                return "keyword_regex"
+            try:
+                if not pattern.matches(message.text[:KEYWORD_TEXT_LIMIT]):
+                    return "keyword_regex"
+            except KeywordPatternTimeout:
+                return "keyword_regex_timeout"
     if trigger.business_hours is not None:
         moment = message.received_at if message is not None else dispatch.occurred_at
         if not in_business_hours(trigger.business_hours, moment):

@@ -28,7 +28,7 @@ class DispatcherSettings(ServiceSettings):
     # The runners' consumer group (scoped by the topic prefix, as the runner scopes it): a run
     # whose start lease lapsed while its request is still at or past this group's committed
     # offset waits in the runners' input and is not recovered, for at most max_queued_s past
-    # its dispatch (docs/dispatcher.md "A run request still in the runners' queue"). Empty:
+    # its dispatch (docs/dispatcher.md "Heartbeats and recovery"). Empty:
     # no check (the start lease alone decides).
     runner_group: str = "switchboard-runner"
     # How often the runner group's committed offsets are read (an answer older than three of

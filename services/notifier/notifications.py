@@ -32,6 +32,7 @@ class NotificationQueue:
     def __init__(self, deliver: Deliver) -> None:
         self._deliver = deliver
         self._tasks: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self._closing = False
 
     @property
     def in_flight(self) -> frozenset[uuid.UUID]:
@@ -39,8 +40,9 @@ class NotificationQueue:
 
     def submit(self, org_id: uuid.UUID, notification: Notification, limiter: asyncio.Semaphore | None = None) -> bool:
         """Start sending it (once ``limiter`` lets it, when given); False when it is already
-        being sent by this process."""
-        if notification.id in self._tasks:
+        being sent by this process, or the queue is closing (the row stays ``pending`` for the
+        next notifier's sweep: a task started now would be cut off at the loop's end)."""
+        if self._closing or notification.id in self._tasks:
             return False
         task = asyncio.create_task(self._run(org_id, notification, limiter), name=f"notify-{notification.id}")
         self._tasks[notification.id] = task
@@ -69,6 +71,7 @@ class NotificationQueue:
 
     async def close(self, grace_s: float) -> None:
         """At a stop: sends in flight get ``grace_s``; the rest are cancelled and stay ``pending``."""
+        self._closing = True
         await self.wait_idle(grace_s)
         for task in list(self._tasks.values()):
             task.cancel()

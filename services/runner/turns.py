@@ -159,6 +159,17 @@ class TurnPlanner:
             goal = await self._store.active_goal(subject, goal_id)
             if goal is not None:
                 return self._goal_turn(subject, goal)
+            if not request.messages:
+                # The next segment's wake of a goal stopped (or ended) after it was queued: the owner
+                # pressed stop, so no turn at all — not an unbudgeted one whose reply reaches the customer.
+                # (A wake folded with customer messages still answers them, as any turn.)
+                return Turn(
+                    subject,
+                    reply=LoopOutcome(
+                        OutcomeKind.FINISHED,
+                        summary="Goal segment not run: its goal was stopped or ended before it; no model was called.",
+                    ),
+                )
         if subject.conversation is not None and await self._store.mode(subject) == ConversationMode.PLAN.value:
             return self._plan_turn(subject)
         return Turn(subject)

@@ -29,7 +29,7 @@ from pydantic import (
 
 from switchboard.contracts.enums import Weekday
 from switchboard.db.enums import AgentKind, AgentVersionStatus, ConcurrencyPolicy, LlmProvider
-from switchboard.keyword_patterns import KeywordPatternError, compile_keyword
+from switchboard.keyword_patterns import KeywordPatternError, check_keyword
 
 # [004 D4]: the deterministic handoff sentinel's defaults.
 DEFAULT_HANDOFF_KEYWORDS: tuple[str, ...] = ("falar com humano", "atendente", "pessoa real")
@@ -77,17 +77,14 @@ def check_time_zone(value: str) -> str:
 
 
 def check_keyword_regex(value: str | None) -> str | None:
-    """Compile at save time with the dispatcher's own compiler (RE2, case-insensitive:
-    ``switchboard.keyword_patterns``), so a pattern it would not run is a 422 now."""
+    """Check at save time with the dispatcher's own compiler (``switchboard.keyword_patterns``):
+    it compiles (case-insensitive, Python's syntax) and is not catastrophically slow to search."""
     if value is None:
         return None
     try:
-        compile_keyword(value)
+        check_keyword(value)
     except KeywordPatternError as exc:
-        raise ValueError(
-            f"keyword_regex is not a regular expression RE2 accepts ({exc}); "
-            "backreferences and lookarounds are not supported"
-        ) from None
+        raise ValueError(f"keyword_regex: {exc} ({exc.code})") from None
     return value
 
 

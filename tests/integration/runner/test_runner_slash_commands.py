@@ -283,10 +283,13 @@ async def test_goal_stop_ends_the_autonomous_work_without_a_model_call(rh: Runne
     stop = await rh.run(run_request(agent, [command(rh.db, agent, "/goal stop")]))
     assert len(rh.fake.received) == before and stop.final_text == "Stopped the autonomous work."
     assert rh.scalar(agent.org_id, "SELECT status FROM conversation_goals") == "stopped"
-    # The wake already queued for the next segment finds no active goal: a plain turn, no new segment.
-    rh.fake.script([Reply(text="Hi!")])
+    # The wake already queued for the next segment finds no active goal: no turn at all (no model
+    # call, nothing for the customer), and no new segment.
+    before = len(rh.fake.received)
     late = await rh.run(_next_segment(wake))
-    assert late.final_text == "Hi!" and "Goal segment" not in (late.summary or "")
+    assert len(rh.fake.received) == before, "a stopped goal's queued segment calls no model"
+    assert (late.status, late.final_text) == ("completed", None)
+    assert "Goal segment not run" in (late.summary or "")
     assert len(_outbox(rh, agent, Topics.DISPATCH_REQUESTED)) == 1
 
 

@@ -127,3 +127,15 @@ async def test_the_refresh_loop_keeps_going_when_the_broker_does_not_answer(cloc
     run = uuid.uuid4()
     fast.sent(run, Placement(acked(partition=0, base_offset=5), 0))
     assert calls == 2 and fast.still_queued(run) is True
+
+
+async def test_positions_past_the_horizon_are_dropped(clock: Clock) -> None:
+    """A position older than max_queued_s plus the start lease can hold no lease any more (and the
+    run may have moved to another worker, whose events this one never reads): it goes."""
+    queue = RunQueue(refresh_s=5.0, horizon_s=100.0, clock=clock)
+    old, new = uuid.uuid4(), uuid.uuid4()
+    queue.sent(old, Placement(acked(partition=0, base_offset=1), 0))
+    clock.now += 101
+    queue.sent(new, Placement(acked(partition=0, base_offset=2), 0))
+    queue.observe({0: 0})
+    assert [queue.still_queued(old), queue.still_queued(new)] == [None, True]

@@ -24,7 +24,7 @@ from switchboard.contracts import (
     WakeReason,
 )
 from switchboard.keyword_patterns import CACHE_SIZE as KEYWORD_CACHE_SIZE
-from switchboard.keyword_patterns import cached_keyword
+from switchboard.keyword_patterns import SEARCH_TIMEOUT_S, cached_keyword
 from tests.unit.dispatcher.builders import (
     ORG,
     OTHER_ORG,
@@ -315,26 +315,33 @@ def test_keyword_patterns_are_compiled_once_in_a_bounded_cache() -> None:
     assert cached_keyword.cache_info().currsize == KEYWORD_CACHE_SIZE
 
 
-def test_a_catastrophic_pattern_cannot_stall_the_worker() -> None:
-    """``(a+)+$`` backtracks exponentially in Python's ``re`` (28 ``a``s: 16 s here); RE2 is
-    linear, so the longest text a pattern is searched in answers at once."""
-    trigger = trig(keyword_regex="(a+)+$")
-    started = time.process_time()
-    assert trigger_rejection(trigger, dispatch("a" * 8_000 + "b")) == "keyword_regex"
-    assert time.process_time() - started < 1.0
+def test_a_catastrophic_pattern_costs_one_timeout_then_is_disabled() -> None:
+    """``^(a|aa)+$`` backtracks exponentially on ``a``s and a ``!``: the search gives up at the
+    timeout, and the pattern is disabled in this process, so the next dispatch pays nothing."""
+    cached_keyword.cache_clear()
+    trigger = trig(keyword_regex="^(a|aa)+$")
+    started = time.perf_counter()
+    assert trigger_rejection(trigger, dispatch("a" * 60 + "!")) == "keyword_regex_timeout"
+    assert time.perf_counter() - started < 1.0
+    again = time.perf_counter()
+    assert trigger_rejection(trigger, dispatch("aaaa")) == "keyword_regex_timeout"
+    assert time.perf_counter() - again < SEARCH_TIMEOUT_S / 2, "disabled: not searched again"
 
 
 @pytest.mark.parametrize(
     ("pattern", "text", "rejection"),
     [
         ("FALAR com (humano|atendente)", "quero falar COM humano", None),  # case-insensitive
-        ("atenção", "ATENÇÃO por favor", None),  # beyond ASCII too
-        (r"\pL+ção", "uma situação", None),  # \pL: any letter (\w is ASCII in RE2)
-        (r"(a)\1", "aa", "keyword_regex_invalid"),  # saved before RE2: never matches, never crashes
+        (r"\bolá\b", "oi, OLÁ!", None),  # Unicode word boundaries, as Python's re (RE2's are ASCII)
+        (r"\bé\b", "é isso", None),
+        (r"\w+ção", "uma SITUAÇÃO", None),
+        (r"pix(?!.*boleto)", "pode ser pix", None),  # lookarounds, as before
+        (r"pix(?!.*boleto)", "pix ou boleto", "keyword_regex"),
+        ("pre(ço", "preço", "keyword_regex_invalid"),  # never saved by the API: rejects, never crashes
         ("boleto", "pix", "keyword_regex"),
     ],
 )
-def test_keyword_patterns_are_re2(pattern: str, text: str, rejection: str | None) -> None:
+def test_keyword_patterns_keep_pythons_syntax_and_unicode(pattern: str, text: str, rejection: str | None) -> None:
     assert trigger_rejection(trig(keyword_regex=pattern), dispatch(text)) == rejection
 
 
