@@ -187,6 +187,20 @@ class SlashStore:
             )
             return _state(row) if row is not None else None
 
+    async def goal_ended(self, subject: RunSubject, goal_id: uuid.UUID) -> bool:
+        """Whether ``goal_id`` is a goal of this conversation that is no longer active (a
+        ``pipelineStep`` wake may name another kind of pipeline: then False)."""
+        request = subject.request
+        async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            status = await session.scalar(
+                select(ConversationGoal.status).where(
+                    ConversationGoal.org_id == request.org_id,
+                    ConversationGoal.id == goal_id,
+                    ConversationGoal.conversation_id == request.conversation_id,
+                )
+            )
+            return status is not None and status != GoalStatus.ACTIVE.value
+
     async def end_segment(self, subject: RunSubject, goal: GoalState, outcome: LoopOutcome, verdict: Verdict) -> bool:
         """Account the segment once and, when the goal continues, outbox the next segment's wake.
         False: this run's segment was already accounted (a redelivery)."""

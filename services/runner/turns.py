@@ -159,7 +159,7 @@ class TurnPlanner:
             goal = await self._store.active_goal(subject, goal_id)
             if goal is not None:
                 return self._goal_turn(subject, goal)
-            if not request.messages:
+            if not request.messages and await self._store.goal_ended(subject, goal_id):
                 # The next segment's wake of a goal stopped (or ended) after it was queued: the owner
                 # pressed stop, so no turn at all — not an unbudgeted one whose reply reaches the customer.
                 # (A wake folded with customer messages still answers them, as any turn.)
