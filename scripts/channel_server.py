@@ -158,6 +158,10 @@ class ChannelServer:
         app.router.add_post("/api/sendText", self._send_text)
         app.router.add_get("/api/received", self._list_received)
         app.router.add_put("/api/sessions/{session}", self._configure_session)
+        app.router.add_post("/api/sessions", self._create_session)
+        app.router.add_get("/api/sessions/{session}", self._session_status)
+        app.router.add_post("/api/sessions/{session}/start", self._start_session)
+        app.router.add_get("/api/{session}/auth/qr", self._qr)
         app.router.add_post(ORG_HOOK_PATH, self._org_event)
         app.router.add_get("/api/org-events", self._list_org_events)
         self._runner = web.AppRunner(app, access_log=None)
@@ -247,14 +251,55 @@ class ChannelServer:
         )
 
     async def _configure_session(self, request: web.Request) -> web.Response:
+        """WAHA's ``PUT /api/sessions/{name}``: the session's webhook (any session: WAHA Core's
+        ``default`` always exists). Like the sends, it needs the API key when called with one."""
+        if not self._authorized(request, optional=True):
+            return web.json_response({"error": "invalid api key"}, status=401)
+        return await self._store_webhook(request, request.match_info["session"])
+
+    async def _create_session(self, request: web.Request) -> web.Response:
+        """WAHA's ``POST /api/sessions``: ``{name, start, config}``."""
+        if not self._authorized(request):
+            return web.json_response({"error": "invalid api key"}, status=401)
+        try:
+            name = str((await request.json())["name"])
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "name is required"}, status=400)
+        return await self._store_webhook(request, name, status=201)
+
+    async def _store_webhook(self, request: web.Request, name: str, status: int = 200) -> web.Response:
         try:
             body = await request.json()
             hook = body["config"]["webhooks"][0]
             webhook = SessionWebhook(str(hook["url"]), frozenset(hook.get("events") or ()), str(hook["hmac"]["key"]))
         except (ValueError, KeyError, IndexError, TypeError):
             return web.json_response({"error": "config.webhooks[0] needs url, events and hmac.key"}, status=400)
-        self.webhooks[request.match_info["session"]] = webhook
-        return web.json_response({"name": request.match_info["session"], "status": "WORKING"})
+        self.webhooks[name] = webhook
+        return web.json_response({"name": name, "status": "WORKING"}, status=status)
+
+    async def _session_status(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.json_response({"error": "invalid api key"}, status=401)
+        name = request.match_info["session"]
+        return web.json_response({"name": name, "status": "WORKING" if name in self.webhooks else "STOPPED"})
+
+    async def _start_session(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.json_response({"error": "invalid api key"}, status=401)
+        return web.json_response({"name": request.match_info["session"], "status": "STARTING"}, status=201)
+
+    async def _qr(self, request: web.Request) -> web.Response:
+        """WAHA's QR code as JSON (``Accept: application/json``): a 1x1 PNG stands in for it here."""
+        if not self._authorized(request):
+            return web.json_response({"error": "invalid api key"}, status=401)
+        return web.json_response({"mimetype": "image/png", "data": _QR_PLACEHOLDER_PNG})
+
+    def _authorized(self, request: web.Request, *, optional: bool = False) -> bool:
+        """The API key matches (``optional``: or none was sent, as the demo's own setup does)."""
+        given = request.headers.get("X-Api-Key")
+        if given is None and optional:
+            return True
+        return hmac.compare_digest(given or "", self._api_key)
 
     async def _echo(self, sent: SentText, message_id: str) -> None:
         """The ``message.any`` copy of a delivered text, before the sendText answer (bounded wait)."""
@@ -312,6 +357,10 @@ class ChannelServer:
 
     async def _list_org_events(self, request: web.Request) -> web.Response:
         return web.json_response([e.as_json() for e in self.org_events])
+
+
+# A transparent 1x1 PNG, base64: what the fake WAHA shows as its QR code.
+_QR_PLACEHOLDER_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
 
 
 def _print(sent: SentText) -> None:

@@ -58,3 +58,8 @@ class ApiSettings(ServiceSettings):
     providers: ProviderSettings = Field(default_factory=ProviderSettings)
     # Where a credential's base_url may lead when its key is validated (env prefix ``SWITCHBOARD_EGRESS_``).
     egress: EgressSettings = Field(default_factory=EgressSettings)
+    # Where WAHA reaches this API (e.g. https://switchboard.example.com): the webhook URL that
+    # ``:connect`` writes into a WAHA session. Empty: ``:connect`` answers 409 public_url_not_set.
+    public_url: str = ""
+    # The WAHA server of channel sessions whose base_url is NULL (the notifier's NOTIFIER_WAHA_BASE_URL).
+    waha_base_url: str = "http://127.0.0.1:3000"

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, status
 
-from services.api.channels import repository, service
+from services.api.channels import repository, service, waha_admin
 from services.api.channels.schemas import (
     WEBHOOK_PATH,
+    ChannelConnected,
+    ChannelQrCode,
     ChannelSessionCreated,
     ChannelSessionView,
     CreateChannelSession,
@@ -18,6 +20,7 @@ from services.api.channels.schemas import (
 )
 from services.api.core.auth import AdminWrite, Manager
 from services.api.core.errors import (
+    ApiError,
     Conflict,
     Forbidden,
     MfaRequired,
@@ -29,7 +32,9 @@ from services.api.core.errors import (
 from services.api.core.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor
 from services.api.core.responses import Envelope, Page
 from switchboard.crypto import KeyRing
+from switchboard.db.audit import record_audit
 from switchboard.db.models.channels import ChannelSession
+from switchboard.db.session import async_tenant_transaction
 
 router = APIRouter(prefix="/api/v1", tags=["channel sessions"])
 
@@ -173,3 +178,112 @@ async def rotate_webhook_secret(
         )
     )
     return Envelope(data=_created(issued))
+
+
+# --------------------------------------------------------------------------- connecting through WAHA
+
+
+class PublicUrlNotSet(Conflict):
+    code = "public_url_not_set"
+    default_message = "API_PUBLIC_URL is not set: there is no webhook URL to give WAHA"
+
+
+class ChannelUnavailable(ApiError):
+    """WAHA could not be reached or refused the call; ``details.reason`` says which, ``details.status`` WAHA's."""
+
+    status_code = 502
+    code = "channel_unavailable"
+    default_message = "The session's WAHA server did not do what was asked"
+
+
+class ChannelBaseUrlRefused(ValidationFailed):
+    code = "channel_base_url_refused"
+
+
+def _waha_error(exc: waha_admin.WahaError) -> ApiError:
+    if exc.code == "channel_base_url_refused":
+        return ChannelBaseUrlRefused(exc.message, details={"field": "base_url"})
+    return ChannelUnavailable(exc.message, details={"reason": exc.code, "status": exc.status})
+
+
+async def _waha_session(
+    session_id: uuid.UUID, ctx: AdminWrite, request: Request
+) -> tuple[ChannelSessionView, waha_admin.WahaSession, str | None]:
+    """The session as the API shows it, where it lives on WAHA, and its webhook secret; then the
+    request's own transaction ends, so the calls to WAHA (seconds, at worst) hold no pooled
+    connection. (Everything is read before the commit: the row expires with it.)"""
+    row = await ctx.session.run_sync(lambda s: repository.by_id(s, ctx.org_id, session_id))
+    if row is None:
+        raise NotFound("No such channel session")
+    keyring = _keyring(request)
+    settings = request.app.state.settings
+    secret = service.open_webhook_secret(keyring, row)
+    target = waha_admin.WahaSession(
+        base_url=row.base_url or settings.waha_base_url,
+        name=row.external_session,
+        api_key=service.open_api_key(keyring, row),
+    )
+    view = _view(row)
+    await ctx.session.commit()
+    return view, target, None if secret is None else secret.decode()
+
+
+def _egress(request: Request) -> Any:
+    settings = request.app.state.settings
+    return settings.egress.policy(trusted_urls=(settings.waha_base_url,))
+
+
+@router.post(
+    "/channel-sessions/{session_id}:connect",
+    response_model=Envelope[ChannelConnected],
+    responses=error_responses(
+        Unauthorized, Forbidden, MfaRequired, NotFound, Conflict, ValidationFailed, ChannelUnavailable
+    ),
+)
+async def connect_channel_session(
+    session_id: uuid.UUID, ctx: AdminWrite, request: Request
+) -> Envelope[ChannelConnected]:
+    """Configure the WAHA session to send its events to this session's webhook (signed with its
+    secret) and start it — what an operator used to do by hand in WAHA; audited."""
+    view, target, secret = await _waha_session(session_id, ctx, request)
+    public_url: str = request.app.state.settings.public_url.rstrip("/")
+    if not public_url:
+        raise PublicUrlNotSet()
+    if secret is None:
+        raise Conflict("The session has no webhook secret: rotate it first", details={"field": "webhook_secret"})
+    webhook_url = f"{public_url}{WEBHOOK_PATH}/{view.id}"
+    try:
+        waha_status = await waha_admin.connect(target, waha_admin.webhook_config(webhook_url, secret), _egress(request))
+    except waha_admin.WahaError as exc:
+        raise _waha_error(exc) from None
+    database = request.app.state.database
+    async with database.sessions() as session, async_tenant_transaction(session, ctx.org_id):
+        await session.run_sync(
+            lambda s: record_audit(
+                s,
+                org_id=ctx.org_id,
+                action="channel_session.connected",
+                actor_user_id=ctx.principal.user_id,
+                target_type="channel_session",
+                target_id=view.id,
+                details={"webhook_url": webhook_url, "waha_status": waha_status},
+                request_id=ctx.request_id,
+            )
+        )
+    return Envelope(data=ChannelConnected(session=view, waha_status=waha_status, webhook_url=webhook_url))
+
+
+@router.get(
+    "/channel-sessions/{session_id}/qr",
+    response_model=Envelope[ChannelQrCode],
+    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, ValidationFailed, ChannelUnavailable),
+)
+async def channel_session_qr(session_id: uuid.UUID, ctx: AdminWrite, request: Request) -> Envelope[ChannelQrCode]:
+    """The QR code WAHA shows for linking the business's phone (while the session is ``scan_qr``):
+    linking a phone takes over the number, so it needs an admin with a second factor."""
+    _, target, _ = await _waha_session(session_id, ctx, request)
+    try:
+        code = await waha_admin.qr_code(target, _egress(request))
+    except waha_admin.WahaError as exc:
+        raise _waha_error(exc) from None
+    return Envelope(data=ChannelQrCode(**code))

@@ -118,3 +118,20 @@ class ChannelSessionCreated(ChannelSessionView):
 
     webhook_secret: str = Field(description="The HMAC key to set in WAHA's webhook config (`hmac.key`); shown once")
     webhook: WebhookSetup
+
+
+class ChannelConnected(BaseModel):
+    """``:connect``: the WAHA session now sends its events to ``webhook_url``; ``waha_status`` is
+    WAHA's (``SCAN_QR_CODE``: scan ``GET …/qr`` with the business's phone). The session's own
+    ``status`` follows WAHA's ``session.status`` events, as always."""
+
+    session: ChannelSessionView
+    waha_status: str
+    webhook_url: str
+
+
+class ChannelQrCode(BaseModel):
+    """The QR code to scan in WhatsApp (Linked devices): an image, base64."""
+
+    mimetype: str
+    data: str

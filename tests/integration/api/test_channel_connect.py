@@ -1,0 +1,100 @@
+"""Connecting a WhatsApp number from Switchboard: the API configures the WAHA session's webhook and
+shows its QR code, against a local WAHA-compatible server (scripts/channel_server.py)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import pytest
+
+from scripts.channel_server import ChannelServer
+from services.api.settings import ApiSettings
+from switchboard.db.enums import Role
+from tests.integration.api.conftest import serve
+from tests.support.api import OrgHandle
+
+pytestmark = pytest.mark.integration
+
+WAHA_KEY = "waha-test-key-0123456789"
+PUBLIC_URL = "https://switchboard.example.com"
+
+
+@pytest.fixture
+async def waha() -> AsyncIterator[ChannelServer]:
+    server = await ChannelServer(api_key=WAHA_KEY).start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def public_client(api_settings: ApiSettings) -> AsyncIterator[httpx.AsyncClient]:
+    async with serve(api_settings.model_copy(update={"public_url": PUBLIC_URL})) as http:
+        yield http
+
+
+async def _session(client: httpx.AsyncClient, org: OrgHandle, waha: ChannelServer, api_key: str) -> dict[str, str]:
+    body = {
+        "label": "Loja",
+        "external_session": f"loja-{uuid.uuid4().hex[:6]}",
+        "base_url": waha.url,
+        "api_key": api_key,
+    }
+    created = await client.post("/api/v1/channel-sessions", json=body, headers=org.headers())
+    assert created.status_code == 201, created.text
+    return dict(created.json()["data"])
+
+
+async def test_connect_points_the_waha_session_at_its_webhook_and_shows_the_qr_code(
+    public_client: httpx.AsyncClient, org: OrgHandle, waha: ChannelServer
+) -> None:
+    session = await _session(public_client, org, waha, WAHA_KEY)
+    path = f"/api/v1/channel-sessions/{session['id']}"
+    denied = await public_client.post(f"{path}:connect", headers=org.headers(Role.MANAGER))
+    assert denied.status_code == 403
+
+    connected = await public_client.post(f"{path}:connect", headers=org.headers())
+    assert connected.status_code == 200, connected.text
+    data = connected.json()["data"]
+    assert data["waha_status"] == "WORKING"
+    assert data["webhook_url"] == f"{PUBLIC_URL}/api/v1/webhooks/waha/{session['id']}"
+    # WAHA now signs its deliveries with the session's secret and sends them to its own URL.
+    hook = waha.webhooks[session["external_session"]]
+    assert hook.url == data["webhook_url"] and hook.key == session["webhook_secret"]
+    assert {"message", "message.any", "message.ack", "session.status"} <= hook.events
+    assert session["webhook_secret"] not in connected.text and WAHA_KEY not in connected.text
+
+    qr = await public_client.get(f"{path}/qr", headers=org.headers())
+    assert qr.status_code == 200, qr.text
+    assert qr.json()["data"]["mimetype"] == "image/png" and qr.json()["data"]["data"]
+
+
+async def test_a_refused_api_key_or_an_unreachable_waha_is_a_clear_502(
+    public_client: httpx.AsyncClient, org: OrgHandle, waha: ChannelServer
+) -> None:
+    session = await _session(public_client, org, waha, "not-the-key")
+    refused = await public_client.post(f"/api/v1/channel-sessions/{session['id']}:connect", headers=org.headers())
+    assert refused.status_code == 502, refused.text
+    error = refused.json()["error"]
+    assert (error["code"], error["details"]["reason"], error["details"]["status"]) == (
+        "channel_unavailable",
+        "channel_unauthorized",
+        401,
+    )
+    assert "not-the-key" not in refused.text
+    await waha.stop()
+    gone = await public_client.get(f"/api/v1/channel-sessions/{session['id']}/qr", headers=org.headers())
+    assert gone.status_code == 502 and gone.json()["error"]["details"]["reason"] == "channel_unreachable"
+
+
+async def test_without_a_public_url_there_is_no_webhook_to_point_at(
+    client: httpx.AsyncClient, make_org: Callable[..., OrgHandle], waha: ChannelServer
+) -> None:
+    org, stranger = make_org(), make_org()
+    session = await _session(client, org, waha, WAHA_KEY)
+    path = f"/api/v1/channel-sessions/{session['id']}:connect"
+    unset = await client.post(path, headers=org.headers())
+    assert unset.status_code == 409 and unset.json()["error"]["code"] == "public_url_not_set", unset.text
+    assert (await client.post(path, headers=stranger.headers())).status_code == 404
+    assert waha.webhooks == {}
