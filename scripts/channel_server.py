@@ -133,6 +133,7 @@ class ChannelServer:
         *,
         on_message: Callable[[SentText], None] | None = None,
         on_org_event: Callable[[OrgEvent], None] | None = None,
+        strict_sessions: bool = False,
     ) -> None:
         self._api_key = api_key
         self._host = host
@@ -142,6 +143,11 @@ class ChannelServer:
         self.received: list[SentText] = []
         self.org_events: list[OrgEvent] = []
         self.webhooks: dict[str, SessionWebhook] = {}
+        # ``strict_sessions``: as WAHA Plus, a session exists once created (PUT on another is 404),
+        # and it keeps its whole config (``configs``); otherwise any name is taken, as the demo needs.
+        self._strict = strict_sessions
+        self.configs: dict[str, dict[str, Any]] = {}
+        self.sessions_created: list[str] = []
         # Callbacks the webhook answered with something else than 2xx, or that failed: (event, status).
         self.callback_failures: list[tuple[str, int]] = []
         self._callbacks: set[asyncio.Task[None]] = set()
@@ -255,7 +261,10 @@ class ChannelServer:
         ``default`` always exists). Like the sends, it needs the API key when called with one."""
         if not self._authorized(request, optional=True):
             return web.json_response({"error": "invalid api key"}, status=401)
-        return await self._store_webhook(request, request.match_info["session"])
+        name = request.match_info["session"]
+        if self._strict and name not in self.configs:
+            return web.json_response({"error": f"session {name!r} not found"}, status=404)
+        return await self._store_webhook(request, name)
 
     async def _create_session(self, request: web.Request) -> web.Response:
         """WAHA's ``POST /api/sessions``: ``{name, start, config}``."""
@@ -265,23 +274,33 @@ class ChannelServer:
             name = str((await request.json())["name"])
         except (ValueError, KeyError, TypeError):
             return web.json_response({"error": "name is required"}, status=400)
+        self.sessions_created.append(name)
         return await self._store_webhook(request, name, status=201)
 
     async def _store_webhook(self, request: web.Request, name: str, status: int = 200) -> web.Response:
         try:
             body = await request.json()
-            hook = body["config"]["webhooks"][0]
+            # The signed one is where events go here (WAHA calls every webhook; other tools' are kept).
+            hook = [h for h in body["config"]["webhooks"] if isinstance(h, dict) and "hmac" in h][-1]
             webhook = SessionWebhook(str(hook["url"]), frozenset(hook.get("events") or ()), str(hook["hmac"]["key"]))
         except (ValueError, KeyError, IndexError, TypeError):
-            return web.json_response({"error": "config.webhooks[0] needs url, events and hmac.key"}, status=400)
+            return web.json_response({"error": "config.webhooks needs one with url, events and hmac.key"}, status=400)
         self.webhooks[name] = webhook
+        self.configs[name] = body["config"]
         return web.json_response({"name": name, "status": "WORKING"}, status=status)
+
+    def add_session(self, name: str, config: dict[str, Any]) -> None:
+        """A session WAHA already has (its config as another tool left it)."""
+        self.configs[name] = config
 
     async def _session_status(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
             return web.json_response({"error": "invalid api key"}, status=401)
         name = request.match_info["session"]
-        return web.json_response({"name": name, "status": "WORKING" if name in self.webhooks else "STOPPED"})
+        if self._strict and name not in self.configs:
+            return web.json_response({"error": f"session {name!r} not found"}, status=404)
+        status = "WORKING" if name in self.webhooks else "STOPPED"
+        return web.json_response({"name": name, "status": status, "config": self.configs.get(name, {})})
 
     async def _start_session(self, request: web.Request) -> web.Response:
         if not self._authorized(request):

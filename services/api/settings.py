@@ -1,6 +1,6 @@
 """Settings of the API service (env prefix ``API_``)."""
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.api.core.cors import parse_origins
@@ -63,3 +63,6 @@ class ApiSettings(ServiceSettings):
     public_url: str = ""
     # The WAHA server of channel sessions whose base_url is NULL (the notifier's NOTIFIER_WAHA_BASE_URL).
     waha_base_url: str = "http://127.0.0.1:3000"
+    # The platform WAHA's API key (the operator's): used by ``:connect`` and ``/qr`` for sessions
+    # without a base_url of their own. Unset: the session's own stored key, as the notifier sends.
+    waha_api_key: SecretStr | None = None

@@ -250,4 +250,3 @@ async def patch_version(
         )
     )
     return Envelope(data=view)
-

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Annotated
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Query, Request, status
 
@@ -35,6 +36,7 @@ from switchboard.crypto import KeyRing
 from switchboard.db.audit import record_audit
 from switchboard.db.models.channels import ChannelSession
 from switchboard.db.session import async_tenant_transaction
+from switchboard.egress import EgressPolicy
 
 router = APIRouter(prefix="/api/v1", tags=["channel sessions"])
 
@@ -200,9 +202,16 @@ class ChannelBaseUrlRefused(ValidationFailed):
     code = "channel_base_url_refused"
 
 
+class ChannelNotScanning(Conflict):
+    code = "channel_not_waiting_for_qr"
+    default_message = "The session is not waiting for a QR code scan"
+
+
 def _waha_error(exc: waha_admin.WahaError) -> ApiError:
     if exc.code == "channel_base_url_refused":
         return ChannelBaseUrlRefused(exc.message, details={"field": "base_url"})
+    if exc.code == "channel_not_scanning":
+        return ChannelNotScanning()
     return ChannelUnavailable(exc.message, details={"reason": exc.code, "status": exc.status})
 
 
@@ -217,18 +226,31 @@ async def _waha_session(
         raise NotFound("No such channel session")
     keyring = _keyring(request)
     settings = request.app.state.settings
+    if row.base_url is not None and _origin(row.base_url) == _origin(settings.waha_base_url):
+        # Session names are unique per server as written: the platform's WAHA under its own URL
+        # would let this session name another org's session there (and rewrite its webhook).
+        raise ChannelBaseUrlRefused(
+            "base_url names the platform's WAHA: leave it empty to use it", details={"field": "base_url"}
+        )
     secret = service.open_webhook_secret(keyring, row)
+    platform_key = settings.waha_api_key.get_secret_value() if settings.waha_api_key is not None else None
     target = waha_admin.WahaSession(
         base_url=row.base_url or settings.waha_base_url,
         name=row.external_session,
-        api_key=service.open_api_key(keyring, row),
+        # The platform's WAHA is the operator's: its key, when set, not one a tenant stored.
+        api_key=(platform_key if row.base_url is None and platform_key else service.open_api_key(keyring, row)),
     )
     view = _view(row)
     await ctx.session.commit()
     return view, target, None if secret is None else secret.decode()
 
 
-def _egress(request: Request) -> Any:
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url.strip())
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
+
+
+def _egress(request: Request) -> EgressPolicy:
     settings = request.app.state.settings
     return settings.egress.policy(trusted_urls=(settings.waha_base_url,))
 

@@ -54,21 +54,43 @@ def webhook_config(url: str, hmac_key: str) -> dict[str, Any]:
 
 
 async def connect(session: WahaSession, webhook: dict[str, Any], egress: EgressPolicy) -> str:
-    """Point the session at Switchboard's webhook and start it; WAHA's status afterwards."""
+    """Point the session at Switchboard's webhook and start it; WAHA's status afterwards.
+
+    WAHA's ``PUT /api/sessions/{name}`` replaces the session's whole config (and restarts a
+    running session), so the config is read first and only our webhook entry is replaced: the
+    session's other webhooks, proxy and metadata stay. A session WAHA does not have is created
+    (``POST /api/sessions``; WAHA Core only has ``default``, which always exists)."""
     name = quote(session.name, safe="")
-    config = {"config": {"webhooks": [webhook]}}
     async with _client(session, egress) as client:
-        updated = await _call(client, "PUT", f"/api/sessions/{name}", json=config)
-        if updated.status_code == 404:
-            created = await _call(client, "POST", "/api/sessions", json={"name": session.name, "start": True, **config})
+        current = await _call(client, "GET", f"/api/sessions/{name}")
+        if current.status_code == 404:
+            created = await _call(
+                client,
+                "POST",
+                "/api/sessions",
+                json={"name": session.name, "start": True, "config": {"webhooks": [webhook]}},
+            )
             _expect(created, "create the session")
         else:
-            _expect(updated, "configure the session's webhook")
+            _expect(current, "read the session")
+            config = _merged_config(current, webhook)
+            _expect(await _call(client, "PUT", f"/api/sessions/{name}", json={"config": config}), "configure it")
         status = _status(await _call(client, "GET", f"/api/sessions/{name}"))
-        if status == "STOPPED":
+        if status in ("STOPPED", "FAILED"):
             _expect(await _call(client, "POST", f"/api/sessions/{name}/start"), "start the session")
             status = _status(await _call(client, "GET", f"/api/sessions/{name}"))
         return status
+
+
+def _merged_config(current: httpx.Response, webhook: dict[str, Any]) -> dict[str, Any]:
+    """The session's config with our webhook in place of any earlier one to the same URL."""
+    try:
+        config = dict(current.json().get("config") or {})
+    except (ValueError, AttributeError, TypeError):
+        raise WahaError("channel_bad_answer", "WAHA's session answer was not a session") from None
+    others = [w for w in config.get("webhooks") or () if isinstance(w, dict) and w.get("url") != webhook["url"]]
+    config["webhooks"] = [*others, webhook]
+    return config
 
 
 async def qr_code(session: WahaSession, egress: EgressPolicy) -> dict[str, str]:
@@ -78,6 +100,9 @@ async def qr_code(session: WahaSession, egress: EgressPolicy) -> dict[str, str]:
         response = await _call(
             client, "GET", f"/api/{name}/auth/qr", params={"format": "image"}, headers={"Accept": "application/json"}
         )
+    if response.status_code == 422:
+        # WAHA shows a QR code only while the session waits for one (SCAN_QR_CODE).
+        raise WahaError("channel_not_scanning", "the session is not waiting for a QR code scan", 422)
     _expect(response, "read the QR code")
     try:
         body = response.json()

@@ -35,11 +35,13 @@ from switchboard.contracts.enums import WakeReason
 from switchboard.db.audit import record_audit
 from switchboard.db.enums import ConversationStatus, MessageDeliveryStatus, MessageDirection, MessageSender
 from switchboard.db.models.channels import Message
+from switchboard.db.models.slash import AgentSkill
 from switchboard.db.outbox import enqueue_record
 from switchboard.internal_chats import is_internal_chat
 from switchboard.slash_commands import RUN_COMMANDS, ParseError, parse
 
 DEDUPE_PREFIX = "command:"
+EXTERNAL_ID_PREFIX = "api-command."
 # The dispatch of a stored command is derived from its message: a retry queues nothing twice.
 DISPATCH_NAMESPACE = uuid.UUID("8a0c5f3e-4b1d-4f57-9a8e-2f6b1c0d7e31")
 
@@ -86,7 +88,12 @@ def send_command(
     idempotency_key: str | None,
     request_id: str | None,
 ) -> CommandSent:
-    command = _run_command(text)
+    command, skill = _run_command(text)
+    if skill is not None and not _skill_exists(session, org_id, skill):
+        # The runner would answer "unknown skill" into the customer's chat: say it here instead.
+        raise MalformedCommand(
+            ParseError("slash_skill_unknown", f"No skill is called {skill!r} (GET /api/v1/skills lists them).")
+        )
     conversation = repository.by_id(session, org_id, conversation_id, for_update=True)
     if conversation is None or is_internal_chat(conversation.chat_id):
         raise NotFound("No such conversation")
@@ -116,7 +123,11 @@ def send_command(
             sender=MessageSender.HUMAN.value,
             sent_by_user_id=actor_user_id,
             dedupe_key=dedupe_key,
+            # Its own id: ingest's echo matching only takes unidentified outbound rows, so the same
+            # command typed on the phone later is not mistaken for this one's echo.
+            external_id=f"{EXTERNAL_ID_PREFIX}{message_id}",
             body=text,
+            from_me=True,
             delivery_status=MessageDeliveryStatus.RECEIVED.value,  # never sent: the customer does not see it
             occurred_at=now,
             attributes={"command": "api"},
@@ -136,7 +147,7 @@ def send_command(
             wake_context=WakeContext(message_id=message_id),
             message=InboundMessage(
                 message_id=message_id,
-                external_id=f"api-command.{message_id}",
+                external_id=f"{EXTERNAL_ID_PREFIX}{message_id}",
                 chat_id=conversation.chat_id,
                 text=text,
                 received_at=now,
@@ -160,8 +171,12 @@ def send_command(
     return CommandSent(message_id, command, created=True)
 
 
-def _run_command(text: str) -> str:
-    """The command's name when ``text`` is a well-formed run command; a stable 422 otherwise."""
+def _skill_exists(session: Session, org_id: uuid.UUID, name: str) -> bool:
+    return session.scalar(select(AgentSkill.id).where(AgentSkill.org_id == org_id, AgentSkill.name == name)) is not None
+
+
+def _run_command(text: str) -> tuple[str, str | None]:
+    """The command's name (and skill) when ``text`` is a well-formed run command; a stable 422 otherwise."""
     try:
         parsed = parse(text)
     except ParseError as exc:
@@ -171,4 +186,4 @@ def _run_command(text: str) -> str:
             "Send /plan, /goal, /loop or /skill:<name> (a to-do goes to POST /api/v1/home/todos)",
             details={"field": "text", "supported": sorted(f"/{name.value}" for name in RUN_COMMANDS)},
         )
-    return parsed.name.value
+    return parsed.name.value, parsed.skill

@@ -23,7 +23,7 @@ PUBLIC_URL = "https://switchboard.example.com"
 
 @pytest.fixture
 async def waha() -> AsyncIterator[ChannelServer]:
-    server = await ChannelServer(api_key=WAHA_KEY).start()
+    server = await ChannelServer(api_key=WAHA_KEY, strict_sessions=True).start()
     yield server
     await server.stop()
 
@@ -50,6 +50,9 @@ async def test_connect_points_the_waha_session_at_its_webhook_and_shows_the_qr_c
     public_client: httpx.AsyncClient, org: OrgHandle, waha: ChannelServer
 ) -> None:
     session = await _session(public_client, org, waha, WAHA_KEY)
+    # WAHA has the session already, with a webhook of another tool and settings of its own.
+    other_hook = {"url": "https://crm.example/hook", "events": ["message"]}
+    waha.add_session(session["external_session"], {"webhooks": [other_hook], "metadata": {"team": "sales"}})
     path = f"/api/v1/channel-sessions/{session['id']}"
     denied = await public_client.post(f"{path}:connect", headers=org.headers(Role.MANAGER))
     assert denied.status_code == 403
@@ -64,6 +67,13 @@ async def test_connect_points_the_waha_session_at_its_webhook_and_shows_the_qr_c
     assert hook.url == data["webhook_url"] and hook.key == session["webhook_secret"]
     assert {"message", "message.any", "message.ack", "session.status"} <= hook.events
     assert session["webhook_secret"] not in connected.text and WAHA_KEY not in connected.text
+    # WAHA's PUT replaces the whole config: ours is merged into it, nothing else is lost.
+    config = waha.configs[session["external_session"]]
+    assert config["metadata"] == {"team": "sales"} and config["webhooks"][0] == other_hook
+    assert [w["url"] for w in config["webhooks"]] == [other_hook["url"], data["webhook_url"]]
+    assert waha.sessions_created == []
+    again = await public_client.post(f"{path}:connect", headers=org.headers())
+    assert again.status_code == 200 and len(waha.configs[session["external_session"]]["webhooks"]) == 2
 
     qr = await public_client.get(f"{path}/qr", headers=org.headers())
     assert qr.status_code == 200, qr.text
@@ -98,3 +108,31 @@ async def test_without_a_public_url_there_is_no_webhook_to_point_at(
     assert unset.status_code == 409 and unset.json()["error"]["code"] == "public_url_not_set", unset.text
     assert (await client.post(path, headers=stranger.headers())).status_code == 404
     assert waha.webhooks == {}
+
+
+async def test_a_session_waha_does_not_have_is_created(
+    public_client: httpx.AsyncClient, org: OrgHandle, waha: ChannelServer
+) -> None:
+    session = await _session(public_client, org, waha, WAHA_KEY)
+    connected = await public_client.post(f"/api/v1/channel-sessions/{session['id']}:connect", headers=org.headers())
+    assert connected.status_code == 200, connected.text
+    assert waha.sessions_created == [session["external_session"]]
+    assert waha.webhooks[session["external_session"]].key == session["webhook_secret"]
+
+
+async def test_a_base_url_naming_the_platforms_waha_is_refused(
+    public_client: httpx.AsyncClient, org: OrgHandle, api_settings: ApiSettings
+) -> None:
+    """Session names are unique per server as written: the platform's WAHA under its own URL would
+    let this session name another org's session there and rewrite its webhook."""
+    body = {
+        "label": "Alias",
+        "external_session": f"alias-{uuid.uuid4().hex[:6]}",
+        "base_url": api_settings.waha_base_url,
+    }
+    created = await public_client.post("/api/v1/channel-sessions", json=body, headers=org.headers())
+    assert created.status_code == 201, created.text
+    refused = await public_client.post(
+        f"/api/v1/channel-sessions/{created.json()['data']['id']}:connect", headers=org.headers()
+    )
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "channel_base_url_refused", refused.text

@@ -69,6 +69,7 @@ async def test_a_command_is_stored_dispatched_once_and_audited(
         ("/compact", 422, "command_not_supported", None),
         ("/goal answer every lead --budget abc", 422, "command_malformed", "slash_goal_budget_invalid"),
         ("/goal --budget 5", 422, "command_malformed", "slash_goal_text_required"),
+        ("/skill:nope", 422, "command_malformed", "slash_skill_unknown"),  # else "unknown skill" in the chat
     ],
 )
 async def test_what_is_not_a_well_formed_run_command_is_refused_and_nothing_is_dispatched(

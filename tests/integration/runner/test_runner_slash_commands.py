@@ -347,8 +347,9 @@ async def test_a_goal_sent_through_the_api_runs_like_one_typed_on_the_phone_and_
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
         stored = session.get_one(Message, sent.message_id)
         assert (stored.direction, stored.sender, stored.delivery_status) == ("outbound", "human", "received")
-        assert stored.attributes == {"command": "api"}
-    assert rh.scalar(agent.org_id, "SELECT count(*) FROM run_deliveries WHERE message_id = :m", m=sent.message_id) == 0
+        assert (stored.attributes, stored.from_me) == ({"command": "api"}, True)
+        # Its own id: the same command typed on the phone later is never taken for its echo.
+        assert stored.external_id == f"api-command.{sent.message_id}"
 
 
 # ---------------------------------------------------------------------------------------------- /skill
