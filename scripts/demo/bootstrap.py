@@ -157,19 +157,12 @@ def sign(secret: str, body: bytes) -> dict[str, str]:
     return signed_headers(secret, body)
 
 
-async def configure_channel_webhooks(client: httpx.AsyncClient, org: DemoOrg, channel_url: str) -> None:
-    """Point the channel server's session at our webhook, as an operator configures a WAHA session:
-    it then calls back with the echo of every text sent and its receipts."""
-    webhook = {
-        "url": f"{str(client.base_url).rstrip('/')}{WEBHOOK_PATH}/{org.channel_session_id}",  # its own URL
-        "events": ["message", "message.any", "message.ack", "session.status"],
-        "hmac": {"key": org.webhook_secret},
-    }
-    async with httpx.AsyncClient(timeout=10) as channel:
-        response = await channel.put(
-            f"{channel_url}/api/sessions/{org.session_name}", json={"config": {"webhooks": [webhook]}}
-        )
-    _check(response, "configure the channel session's webhook")
+async def configure_channel_webhooks(client: httpx.AsyncClient, org: DemoOrg) -> None:
+    """Connect the number as an owner does, through the API (``:connect``): it points the channel
+    server's session at the session's own webhook URL, signed with its secret; the channel server
+    then calls back with the echo of every text sent and its receipts."""
+    response = await client.post(f"/api/v1/channel-sessions/{org.channel_session_id}:connect", headers=org.headers())
+    _check(response, "connect the channel session (POST :connect)")
 
 
 async def post_webhook(client: httpx.AsyncClient, org: DemoOrg, event: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -283,7 +276,7 @@ async def bootstrap(
         agents={},
     )
     if channel_callbacks:
-        await configure_channel_webhooks(client, org, channel_url)
+        await configure_channel_webhooks(client, org)
     if owner_webhook:
         org.owner_webhook_secret = await connect_owner_inbox(client, org, channel_url)
     await post_webhook(client, org, "session.status", {"status": "WORKING"})

@@ -293,7 +293,8 @@ def start_topology(
     extra = service_env or {}
     port = {name: pick_port(default if preferred else None) for name, default in DEMO_PORTS.items()}
     api_url = f"http://127.0.0.1:{port['api']}"
-    group.start_service("api", port["api"], extra.get("api"))
+    # Where the channel server reaches the API: the webhook URL ``:connect`` writes into its session.
+    group.start_service("api", port["api"], {"API_PUBLIC_URL": api_url, **(extra.get("api") or {})})
     group.wait_healthy("api", timeout_s)
     mounted = _mcp_mounted(api_url)
     mcp_url = f"{api_url}/internal/mcp"

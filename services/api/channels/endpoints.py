@@ -34,6 +34,7 @@ from services.api.core.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor
 from services.api.core.responses import Envelope, Page
 from switchboard.crypto import KeyRing
 from switchboard.db.audit import record_audit
+from switchboard.db.lookups import lookup_session_name_on_server
 from switchboard.db.models.channels import ChannelSession
 from switchboard.db.session import async_tenant_transaction
 from switchboard.egress import EgressPolicy
@@ -229,9 +230,15 @@ async def _waha_session(
     if row.base_url is not None and _origin(row.base_url) == _origin(settings.waha_base_url):
         # Session names are unique per server as written: the platform's WAHA under its own URL
         # would let this session name another org's session there (and rewrite its webhook).
-        raise ChannelBaseUrlRefused(
-            "base_url names the platform's WAHA: leave it empty to use it", details={"field": "base_url"}
+        platform = row.provider
+        taken = await ctx.session.run_sync(
+            lambda s: lookup_session_name_on_server(s, platform, "", row.external_session)
         )
+        if taken:
+            raise ChannelBaseUrlRefused(
+                "base_url names the platform's WAHA, where another session has this name",
+                details={"field": "base_url"},
+            )
     secret = service.open_webhook_secret(keyring, row)
     platform_key = settings.waha_api_key.get_secret_value() if settings.waha_api_key is not None else None
     target = waha_admin.WahaSession(

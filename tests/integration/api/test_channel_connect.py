@@ -120,19 +120,21 @@ async def test_a_session_waha_does_not_have_is_created(
     assert waha.webhooks[session["external_session"]].key == session["webhook_secret"]
 
 
-async def test_a_base_url_naming_the_platforms_waha_is_refused(
-    public_client: httpx.AsyncClient, org: OrgHandle, api_settings: ApiSettings
+async def test_a_base_url_naming_the_platforms_waha_cannot_reach_another_orgs_session(
+    public_client: httpx.AsyncClient, make_org: Callable[..., OrgHandle], api_settings: ApiSettings
 ) -> None:
     """Session names are unique per server as written: the platform's WAHA under its own URL would
     let this session name another org's session there and rewrite its webhook."""
-    body = {
-        "label": "Alias",
-        "external_session": f"alias-{uuid.uuid4().hex[:6]}",
-        "base_url": api_settings.waha_base_url,
-    }
-    created = await public_client.post("/api/v1/channel-sessions", json=body, headers=org.headers())
-    assert created.status_code == 201, created.text
+    victim, intruder = make_org(), make_org()
+    name = f"loja-{uuid.uuid4().hex[:6]}"
+    on_platform = {"label": "Loja", "external_session": name}  # no base_url: the platform's WAHA
+    assert (
+        await public_client.post("/api/v1/channel-sessions", json=on_platform, headers=victim.headers())
+    ).status_code == 201
+    alias = {"label": "Alias", "external_session": name, "base_url": api_settings.waha_base_url}
+    created = await public_client.post("/api/v1/channel-sessions", json=alias, headers=intruder.headers())
+    assert created.status_code == 201, created.text  # another server as written: the create cannot tell
     refused = await public_client.post(
-        f"/api/v1/channel-sessions/{created.json()['data']['id']}:connect", headers=org.headers()
+        f"/api/v1/channel-sessions/{created.json()['data']['id']}:connect", headers=intruder.headers()
     )
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "channel_base_url_refused", refused.text
