@@ -56,6 +56,10 @@ RUN_COMMANDS: Final = frozenset({CommandName.PLAN, CommandName.GOAL, CommandName
 SKILL_PREFIX: Final = "skill:"
 MAX_BUDGET_USD: Final = Decimal("10000")
 
+# The external id of a command sent through the API (``POST /conversations/{id}/commands``) rather
+# than typed on the phone: the runner keeps its fixed acknowledgements out of the customer's chat.
+API_COMMAND_EXTERNAL_ID_PREFIX: Final = "api-command."
+
 # ``run_requested.request_id`` of a run that only compacts the thread summary (``/compact`` at ingest).
 COMPACT_REQUEST_PREFIX: Final = "slash:compact:"
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from services.runner.attachments import model_text
 from switchboard.contracts import RunRequested
+from switchboard.slash_commands import API_COMMAND_EXTERNAL_ID_PREFIX
 from switchboard.tool_catalog import FOLLOWUP_CREATION_TOOLS, REQUEST_HUMAN_HANDOFF
 
 
@@ -106,6 +107,16 @@ class RunSubject:
         (an attachment is a note of what was sent: ``attachments.model_text``)."""
         texts = (model_text(m.content_type.value, m.text) for m in self.request.messages)
         return "\n".join(t for t in texts if t)
+
+    @property
+    def command_via_api(self) -> bool:
+        """The business sent this run's command through the API, not into the customer's chat: the
+        customer never saw it, so a fixed acknowledgement ("Stopped the autonomous work.") is not
+        theirs to receive either."""
+        messages = self.request.messages
+        return bool(messages) and all(
+            m.from_me and m.external_id.startswith(API_COMMAND_EXTERNAL_ID_PREFIX) for m in messages
+        )
 
     @property
     def command_text(self) -> str | None:

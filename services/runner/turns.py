@@ -137,7 +137,11 @@ def _strip(subject: RunSubject, text: str) -> RunSubject:
     return replace(subject, request=subject.request.model_copy(update={"messages": (first,)}))
 
 
-def _reply(text: str, summary: str) -> LoopOutcome:
+def _reply(subject: RunSubject, text: str, summary: str) -> LoopOutcome:
+    """A fixed acknowledgement of a command (no model call): sent as the answer — unless the
+    command came through the API, which the customer never saw: then it stays in the run's summary."""
+    if subject.command_via_api:
+        return LoopOutcome(OutcomeKind.FINISHED, summary=f"{summary} Not sent (a command through the API): {text}")
     return LoopOutcome(OutcomeKind.ANSWERED, final_text=text, summary=summary)
 
 
@@ -194,6 +198,7 @@ class TurnPlanner:
             return Turn(
                 subject,
                 reply=_reply(
+                    subject,
                     "Plan mode is off: I will answer and act normally again.",
                     "/plan off: the conversation is back in reply mode; no model was called.",
                 ),
@@ -222,6 +227,7 @@ class TurnPlanner:
             return Turn(
                 subject,
                 reply=_reply(
+                    subject,
                     "Stopped the autonomous work." if stopped else "There is no autonomous work to stop.",
                     f"/{command.name.value} stop: {stopped} active goal(s) stopped; no model was called.",
                 ),
@@ -262,6 +268,7 @@ class TurnPlanner:
             return Turn(
                 subject,
                 reply=_reply(
+                    subject,
                     f"Unknown skill {name!r}: it {why}. Skills you can use: {known}.",
                     f"Answered an unknown skill ({name!r} {why}) without calling the model.",
                 ),

@@ -38,10 +38,10 @@ from switchboard.db.models.channels import Message
 from switchboard.db.models.slash import AgentSkill
 from switchboard.db.outbox import enqueue_record
 from switchboard.internal_chats import is_internal_chat
-from switchboard.slash_commands import RUN_COMMANDS, ParseError, parse
+from switchboard.slash_commands import API_COMMAND_EXTERNAL_ID_PREFIX, RUN_COMMANDS, ParseError, parse
 
 DEDUPE_PREFIX = "command:"
-EXTERNAL_ID_PREFIX = "api-command."
+EXTERNAL_ID_PREFIX = API_COMMAND_EXTERNAL_ID_PREFIX
 # The dispatch of a stored command is derived from its message: a retry queues nothing twice.
 DISPATCH_NAMESPACE = uuid.UUID("8a0c5f3e-4b1d-4f57-9a8e-2f6b1c0d7e31")
 

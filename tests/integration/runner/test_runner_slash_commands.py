@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from services.api.conversations.commands import send_command
+from services.api.conversations.commands import CommandSent, send_command
 from services.api.webhooks.schemas import WahaEvent
 from services.api.webhooks.service import ingest_message
 from services.runner.goals import GOAL_COMPLETE
@@ -316,24 +316,28 @@ async def test_a_goal_stopped_while_its_segment_runs_still_counts_what_the_segme
     assert _outbox(rh, agent, Topics.DISPATCH_REQUESTED) == []  # nothing follows a stopped goal
 
 
+def _through_the_api(rh: RunnerHarness, agent: Agent, text: str) -> CommandSent:
+    """``POST /api/v1/conversations/{id}/commands``'s transaction (stored and dispatched)."""
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        return send_command(
+            session,
+            Serde.from_settings(rh.kafka),
+            org_id=agent.org_id,
+            conversation_id=agent.conversation_id,
+            text=text,
+            actor_user_id=None,
+            idempotency_key=None,
+            request_id=f"req-{uuid.uuid4().hex[:8]}",
+        )
+
+
 async def test_a_goal_sent_through_the_api_runs_like_one_typed_on_the_phone_and_the_customer_never_sees_it(
     rh: RunnerHarness,
 ) -> None:
     """``POST /api/v1/conversations/{id}/commands``: the command reaches the agent as the business's
     (``from_me``) without being written into the customer's chat."""
     agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS])
-    serde = Serde.from_settings(rh.kafka)
-    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
-        sent = send_command(
-            session,
-            serde,
-            org_id=agent.org_id,
-            conversation_id=agent.conversation_id,
-            text="/goal answer every lead --budget 2",
-            actor_user_id=None,
-            idempotency_key=None,
-            request_id="req-api-command",
-        )
+    sent = _through_the_api(rh, agent, "/goal answer every lead --budget 2")
     (wake,) = _outbox(rh, agent, Topics.DISPATCH_REQUESTED)
     assert wake.message is not None and wake.message.from_me and wake.message.message_id == sent.message_id
     # What the dispatcher makes of it: the conversation's agent answers the stored message.
@@ -350,6 +354,24 @@ async def test_a_goal_sent_through_the_api_runs_like_one_typed_on_the_phone_and_
         assert (stored.attributes, stored.from_me) == ({"command": "api"}, True)
         # Its own id: the same command typed on the phone later is never taken for its echo.
         assert stored.external_id == f"api-command.{sent.message_id}"
+
+
+async def test_a_command_through_the_api_keeps_its_acknowledgement_out_of_the_customers_chat(
+    rh: RunnerHarness,
+) -> None:
+    """``/goal stop`` typed on the phone is answered in the chat (the customer saw the command);
+    sent through the API, the customer never saw it: the acknowledgement stays in the run's summary."""
+    agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS])
+    _through_the_api(rh, agent, "/goal stop")
+    (wake,) = _outbox(rh, agent, Topics.DISPATCH_REQUESTED)
+    assert wake.message is not None
+    before = len(rh.fake.received)
+    row = await rh.run(run_request(agent, [wake.message]))
+    assert len(rh.fake.received) == before, "no model call"
+    assert (row.status, row.final_text) == ("completed", None), "nothing for the customer"
+    assert "Not sent (a command through the API): There is no autonomous work to stop." in (row.summary or "")
+    phone = await rh.run(run_request(agent, [command(rh.db, agent, "/goal stop")]))
+    assert phone.final_text == "There is no autonomous work to stop."
 
 
 # ---------------------------------------------------------------------------------------------- /skill
