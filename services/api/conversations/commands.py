@@ -98,15 +98,10 @@ def send_command(
     if conversation is None or is_internal_chat(conversation.chat_id):
         raise NotFound("No such conversation")
     dedupe_key = f"{DEDUPE_PREFIX}{conversation.id}:{idempotency_key or uuid.uuid4()}"
-    existing = session.scalar(
-        select(Message.id).where(
-            Message.org_id == org_id,
-            Message.channel_session_id == conversation.channel_session_id,
-            Message.dedupe_key == dedupe_key,
-        )
-    )
+    existing = repository.message_by_dedupe_key(session, org_id, conversation.channel_session_id, dedupe_key)
     if existing is not None:
-        return CommandSent(existing, command, created=False)
+        # The command stored then, whatever this retry's text says.
+        return CommandSent(existing.id, _run_command(existing.body)[0], created=False)
     if conversation.chat_id.endswith("@g.us") or conversation.contact_id is None:
         raise ConversationIsGroup()
     if conversation.status != ConversationStatus.OPEN.value:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -55,7 +54,7 @@ def send_human_message(
     if conversation is None:
         raise NotFound("No such conversation")
     dedupe_key = f"{DEDUPE_PREFIX}{conversation.id}:{idempotency_key or uuid.uuid4()}"
-    existing = _by_dedupe_key(session, org_id, conversation.channel_session_id, dedupe_key)
+    existing = repository.message_by_dedupe_key(session, org_id, conversation.channel_session_id, dedupe_key)
     if existing is not None:
         return Sent(existing, created=False)
     if conversation.status != ConversationStatus.HANDOFF.value:
@@ -106,15 +105,3 @@ def send_human_message(
     assert row is not None
     session.refresh(row)
     return Sent(row, created=True)
-
-
-def _by_dedupe_key(
-    session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID, dedupe_key: str
-) -> Message | None:
-    return session.scalars(
-        select(Message).where(
-            Message.org_id == org_id,
-            Message.channel_session_id == channel_session_id,
-            Message.dedupe_key == dedupe_key,
-        )
-    ).one_or_none()

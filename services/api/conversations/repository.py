@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from switchboard.db.enums import ACTIVE_RUN_STATUSES
-from switchboard.db.models.channels import Conversation
+from switchboard.db.models.channels import Conversation, Message
 from switchboard.db.models.runs import AiAgentRun
 
 
@@ -31,3 +31,16 @@ def active_run_id(session: Session, org_id: uuid.UUID, conversation_id: uuid.UUI
             AiAgentRun.is_dry_run.is_(False),
         )
     ).first()
+
+
+def message_by_dedupe_key(
+    session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID, dedupe_key: str
+) -> Message | None:
+    """The message an earlier request with the same ``Idempotency-Key`` stored (a person's reply, a command)."""
+    return session.scalars(
+        select(Message).where(
+            Message.org_id == org_id,
+            Message.channel_session_id == channel_session_id,
+            Message.dedupe_key == dedupe_key,
+        )
+    ).one_or_none()

@@ -48,8 +48,10 @@ async def test_a_command_is_stored_dispatched_once_and_audited(
     assert sent.status_code == 202, sent.text
     data = sent.json()["data"]
     assert (data["conversation_id"], data["command"]) == (str(conversation_id), "goal")
-    again = await client.post(path, json={"text": "/goal answer every lead --budget 5"}, headers=headers)
+    # A retry with the same key is the same command, whatever its text says now.
+    again = await client.post(path, json={"text": "/loop"}, headers=headers)
     assert again.status_code == 200 and again.json()["data"]["message_id"] == data["message_id"]
+    assert again.json()["data"]["command"] == "goal"
     assert _dispatches(db, org, conversation_id) == 1, "a retried request queues nothing twice"
 
     listed = await client.get(f"/api/v1/conversations/{conversation_id}/messages", headers=org.headers(Role.MANAGER))
