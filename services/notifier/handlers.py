@@ -197,6 +197,10 @@ class NotifierHandlers:
         in flight get the same grace, the rest stay ``pending`` for the sweep."""
         await asyncio.gather(self.retries.close(grace_s, self._record_interrupted), self.notifications.close(grace_s))
 
+    async def abandon(self) -> None:
+        """At a kill: retries and notification sends stop now, recording nothing (the sweep covers them)."""
+        await asyncio.gather(self.retries.abandon(), self.notifications.abandon())
+
     async def resend_stale_notifications(self, older_than_s: float) -> int:
         """The sweep: notifications left ``pending`` (a notifier crashed mid-send) are sent again."""
         submitted = 0

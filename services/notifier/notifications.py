@@ -69,6 +69,10 @@ class NotificationQueue:
         if self._tasks:
             await asyncio.wait(list(self._tasks.values()), timeout=timeout_s)
 
+    async def abandon(self) -> None:
+        """A kill: sends stop where they are; their rows stay ``pending`` for the next sweep."""
+        await self.close(0)
+
     async def close(self, grace_s: float) -> None:
         """At a stop: sends in flight get ``grace_s``; the rest are cancelled and stay ``pending``."""
         self._closing = True

@@ -58,6 +58,7 @@ class RetryQueue:
         self._sleep = sleep
         self._tasks: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._waiting: dict[uuid.UUID, Retry] = {}
+        self._abandoned = False
 
     @property
     def pending(self) -> int:
@@ -66,7 +67,7 @@ class RetryQueue:
     def schedule(self, retry: Retry) -> None:
         """Retry ``retry.claimed`` in the background (a claim already scheduled is left alone)."""
         key = retry.claimed.message_id
-        if key in self._tasks:
+        if key in self._tasks or self._abandoned:  # killed: the claim stays ``sending`` for the sweep
             return
         self._waiting[key] = retry
         task = asyncio.create_task(self._run(retry), name=f"notifier-retry-{key}")
@@ -100,6 +101,14 @@ class RetryQueue:
         """Tests: until every scheduled retry ended."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+
+    async def abandon(self) -> None:
+        """A kill: every retry stops where it is and its claim stays ``sending`` for the sweep."""
+        self._abandoned = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self, grace_s: float, record_interrupted: Record) -> None:
         """Let pending retries finish for ``grace_s``; record the rest through ``record_interrupted``."""

@@ -105,8 +105,14 @@ class Notifier:
         try:
             await stop.wait()
             await consumer_task
+        except asyncio.CancelledError:
+            # Cancelled (killed, or a crash in tests): no grace. Retries and sends in flight stop where
+            # they are and their rows stay as a kill leaves them, for the next notifier's sweep —
+            # with a grace they ran on while the consumer shut down and wrote outcomes a kill never would.
+            await handlers.abandon()
+            raise
         finally:
-            # Cancelled (a crash in tests) or stopping: nothing past the last handled record is committed.
+            # Nothing past the last handled record is committed.
             for task in tasks:
                 if not task.done():
                     task.cancel()

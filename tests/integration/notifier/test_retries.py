@@ -113,8 +113,13 @@ async def test_a_claim_left_mid_retry_by_a_crash_becomes_unknown_and_is_never_re
 ) -> None:
     first, stuck = await _retrying_one_reply(_patient(notifier_settings), keyring, world, channel, publish)
     await first.crash()  # the record's offset was committed: no redelivery will find the claim
-    channel.recover()
     attempts_before = len(channel.received)
+    # A kill records nothing and sends nothing more: no grace in which the retry runs on (it once
+    # exhausted its attempts while the consumer shut down, and the reply ended ``failed``).
+    assert _statuses(world, stuck.run_id) == ["sending"]
+    channel.recover()
+    await asyncio.sleep(0.5)  # longer than the retry's backoff: an abandoned retry would have sent by now
+    assert len(channel.received) == attempts_before
 
     sweeping = _patient(notifier_settings, stale_claim_s=1.0, sweep_interval_s=0.2)
     second = await RunningNotifier(sweeping, keyring).wait_ready()
