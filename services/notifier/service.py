@@ -75,6 +75,7 @@ class Notifier:
             create_async_sessionmaker(engine),
             self._overrides.keyring or KeyRing.from_settings(settings.runtime),
             waha_base_url=settings.waha_base_url,
+            waha_api_key=settings.waha_api_key.get_secret_value() if settings.waha_api_key is not None else None,
         )
         handlers = NotifierHandlers(
             store,

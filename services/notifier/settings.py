@@ -1,6 +1,6 @@
 """Settings of the notifier service (env prefix ``NOTIFIER_``)."""
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from switchboard.settings import EgressSettings, ServiceSettings
@@ -16,6 +16,9 @@ class NotifierSettings(ServiceSettings):
     egress: EgressSettings = Field(default_factory=EgressSettings)
     # The WAHA server of channel sessions whose base_url is NULL (the platform default).
     waha_base_url: str = "http://127.0.0.1:3000"
+    # The platform WAHA's API key (the operator's), sent for sessions without a base_url of their
+    # own — as API_WAHA_API_KEY for `:connect`; unset: the session's own stored key.
+    waha_api_key: SecretStr | None = None
     # One HTTP call to a channel or webhook gives up after this long (then it is retried).
     send_timeout_s: float = Field(default=10.0, gt=0, le=120)
     # Transient failures (timeouts, connection errors, 5xx, 429): attempts per message, backoff with jitter.

@@ -228,10 +228,18 @@ class Notification:
 
 
 class NotifierStore:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], keyring: KeyRing, *, waha_base_url: str) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        keyring: KeyRing,
+        *,
+        waha_base_url: str,
+        waha_api_key: str | None = None,
+    ) -> None:
         self._sessions = sessions
         self._keyring = keyring
         self._waha_base_url = waha_base_url
+        self._waha_api_key = waha_api_key
         self._routes = RouteCache()
 
     # ------------------------------------------------------------------ customer messages
@@ -426,7 +434,11 @@ class NotifierStore:
         if row is None:
             return None, "channel_session_missing"
         secret: str | None = None
-        if row.api_key_ciphertext is not None:
+        if row.base_url is None and self._waha_api_key:
+            # The platform's WAHA is the operator's: its key, never one a tenant stored (which
+            # would be every tenant holding the key to the shared server).
+            secret = self._waha_api_key
+        elif row.api_key_ciphertext is not None:
             assert row.api_key_iv is not None and row.api_key_tag is not None and row.api_key_key_id is not None
             sealed = Sealed(
                 bytes(row.api_key_ciphertext), bytes(row.api_key_iv), bytes(row.api_key_tag), row.api_key_key_id

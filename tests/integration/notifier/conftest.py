@@ -61,7 +61,12 @@ T = TypeVar("T")
 
 
 class World:
-    def __init__(self, org: OrgHandle, keyring: KeyRing, channel_url: str) -> None:
+    """An org with a channel session (on ``channel_url``; None: the platform's WAHA), a contact,
+    a conversation and an agent; ``api_key`` is the session's stored key (None: none stored)."""
+
+    def __init__(
+        self, org: OrgHandle, keyring: KeyRing, channel_url: str | None, api_key: str | None = API_KEY
+    ) -> None:
         self.org = org
         with tenant_session(org) as session:
             channel = ChannelSession(
@@ -73,9 +78,10 @@ class World:
             )
             session.add(channel)
             session.flush()
-            sealed = keyring.seal(API_KEY.encode(), aad=channel_session_aad("api_key", org.org_id, channel.id))
-            channel.api_key_ciphertext, channel.api_key_iv = sealed.ciphertext, sealed.iv
-            channel.api_key_tag, channel.api_key_key_id = sealed.tag, sealed.key_id
+            if api_key is not None:
+                sealed = keyring.seal(api_key.encode(), aad=channel_session_aad("api_key", org.org_id, channel.id))
+                channel.api_key_ciphertext, channel.api_key_iv = sealed.ciphertext, sealed.iv
+                channel.api_key_tag, channel.api_key_key_id = sealed.tag, sealed.key_id
             contact = Contact(org_id=org.org_id, external_id=f"55{uuid.uuid4().int % 10**11}@c.us")
             session.add(contact)
             session.flush()

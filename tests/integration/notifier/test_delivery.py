@@ -10,18 +10,23 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import update
 
 from scripts.channel_server import ChannelServer
 from services.notifier.handlers import Hooks
 from services.notifier.metrics import MESSAGES_DELIVERED
+from services.notifier.settings import NotifierSettings
 from services.notifier.store import Claimed
 from switchboard.contracts import Insight, InsightKind, Record, RunStatus, Topics, TopicSpec
 from switchboard.contracts.enums import InsightStatus
+from switchboard.crypto import KeyRing
 from switchboard.db.enums import Role
 from switchboard.db.models import Message
 from tests.integration.notifier.conftest import RunningNotifier, World, eventually
 from tests.support.agents import tenant_session
+from tests.support.api import create_org
+from tests.support.stack import StackEndpoints
 
 pytestmark = pytest.mark.integration
 
@@ -259,3 +264,32 @@ async def test_an_approved_send_queued_after_the_run_is_delivered_once(
         "Aqui está o catálogo.",
         "marker",
     ]
+
+
+@pytest.mark.parametrize("stored_key", [None, "a-key-the-tenant-stored"])
+async def test_a_session_on_the_platforms_waha_is_sent_with_the_operators_key(
+    stack: StackEndpoints,
+    keyring: KeyRing,
+    notifier_settings: NotifierSettings,
+    publish: Publish,
+    stored_key: str | None,
+) -> None:
+    """A session without a base_url of its own lives on the platform's WAHA, whose key is the
+    operator's (NOTIFIER_WAHA_API_KEY, as API_WAHA_API_KEY for ``:connect``): without it every reply
+    was refused 401 and recorded failed; a key a tenant stored is not the one sent there."""
+    platform = await ChannelServer(api_key="the-operators-key").start()
+    try:
+        world = World(create_org(stack.database_url), keyring, None, api_key=stored_key)
+        settings = notifier_settings.model_copy(
+            update={"waha_base_url": platform.url, "waha_api_key": SecretStr("the-operators-key")}
+        )
+        notifier = await RunningNotifier(settings, keyring).wait_ready()
+        try:
+            completed = world.run()
+            await publish(Topics.RUN_COMPLETED, completed)
+            await eventually(lambda: _statuses(world, completed.run_id), lambda s: s == ["sent"])
+            assert [(s.text, s.status_returned) for s in platform.received] == [("Olá! Posso ajudar.", 201)]
+        finally:
+            await notifier.stop()
+    finally:
+        await platform.stop()

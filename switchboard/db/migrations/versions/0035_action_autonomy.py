@@ -38,9 +38,7 @@ def upgrade() -> None:
         sa.Column("updated_by", sa.UUID(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
-        sa.CheckConstraint(
-            "mode IN ('propose', 'auto')", name=op.f("ck_workspace_action_autonomy_mode")
-        ),
+        sa.CheckConstraint("mode IN ('propose', 'auto')", name=op.f("ck_workspace_action_autonomy_mode")),
         sa.CheckConstraint(
             "action_type ~ '^[a-z][a-z0-9_]{0,127}$'", name=op.f("ck_workspace_action_autonomy_action_type_format")
         ),
