@@ -71,6 +71,8 @@ _MODE_RULES: dict[RunMode, tuple[str, ...]] = {
     RunMode.REPLY: (
         "You are answering a customer on WhatsApp. Your final text is sent to the customer as one message: "
         "keep it short, friendly and in the customer's language.",
+        "Write it as WhatsApp shows it: plain text, *single asterisks* for bold, - for lists, a bare URL "
+        "for a link; no headings, tables or other Markdown.",
         "Never invent facts about the business; if you do not know, say so.",
         "Values written like <email_1>, <phone_1> or <contact_1> stand for the customer's real data: use them "
         "as they are, in tools and in your answer; they are filled in before anything is sent.",

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from services.notifier.channels.base import Channel, Destination, SendResult, post_json
+from services.notifier.channels.whatsapp_text import to_whatsapp
 
 
 def _message_id(body: Any) -> str | None:
@@ -22,7 +23,8 @@ class WahaChannel(Channel):
     name = "waha"
 
     async def send(self, destination: Destination, text: str, *, idempotency_key: str) -> SendResult:
-        payload = {"session": destination.session, "chatId": destination.chat_id, "text": text}
+        # Models write Markdown; WhatsApp shows its own markup and the rest as typed.
+        payload = {"session": destination.session, "chatId": destination.chat_id, "text": to_whatsapp(text)}
         headers = {"X-Api-Key": destination.secret} if destination.secret else {}
         response = await post_json(
             self._client,

@@ -293,3 +293,16 @@ async def test_a_session_on_the_platforms_waha_is_sent_with_the_operators_key(
             await notifier.stop()
     finally:
         await platform.stop()
+
+
+async def test_a_reply_in_markdown_reaches_whatsapp_in_its_markup(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    completed = world.run(text="### Seu pedido\n**Status:** enviado\n* rastreio: [aqui](https://t.example/1)")
+    await start_notifier()
+    await publish(Topics.RUN_COMPLETED, completed)
+    [sent] = await channel.wait_for(1, timeout=20)
+    assert sent.text == "*Seu pedido*\n*Status:* enviado\n- rastreio: aqui (https://t.example/1)"
+    await eventually(lambda: _statuses(world, completed.run_id), lambda s: s == ["sent"])
+    [reply] = world.outbound(completed.run_id)
+    assert reply.body == completed.final_text, "the inbox keeps the model's text"
