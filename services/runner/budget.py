@@ -56,6 +56,9 @@ class ModelPrice:
     output_micros_per_mtok: int | None = None
     cache_read_micros_per_mtok: int | None = None
     cache_write_micros_per_mtok: int | None = None
+    # The model thinks before it answers (catalog ``reasoning``): its thinking is billed as
+    # output and counts against the output cap, so its steps need a larger cap.
+    reasoning: bool = False
 
     @property
     def known(self) -> bool:
@@ -112,6 +115,23 @@ class Admission:
 MAX_STEPS_REACHED = "max_steps_reached"
 TOKEN_BUDGET_EXCEEDED = "token_budget_exceeded"
 COST_BUDGET_EXCEEDED = "cost_budget_exceeded"
+
+
+# What a reasoning model's helper calls (classification, summaries) get on top of their own cap,
+# as a run's steps get RUNNER_REASONING_ALLOWANCE_TOKENS.
+HELPER_REASONING_ALLOWANCE_TOKENS = 2048
+
+
+def helper_output(price: ModelPrice, answer_tokens: int) -> tuple[int, int]:
+    """``(max_output_tokens, reasoning_tokens)`` of a helper call whose answer needs ``answer_tokens``."""
+    cap = answer_tokens + (HELPER_REASONING_ALLOWANCE_TOKENS if price.reasoning else 0)
+    return cap, reasoning_share(price, cap)
+
+
+def reasoning_share(price: ModelPrice, max_output_tokens: int) -> int:
+    """Of a step's output cap, what a reasoning model may spend thinking: half, so the answer
+    keeps the other half (0 for a model that does not reason: nothing is sent)."""
+    return max_output_tokens // 2 if price.reasoning else 0
 
 
 def admit_step(

@@ -26,7 +26,7 @@ from typing import Any
 
 import jsonschema
 
-from services.runner.budget import ModelPrice
+from services.runner.budget import ModelPrice, helper_output
 from services.runner.context import PromptDraft
 from services.runner.loop import model_entry
 from services.runner.pii import Pseudonymizer
@@ -175,13 +175,15 @@ async def classify_inbound(
             "at": _now(),
         }
         return LabelResult(ruled, entries=(entry,))
+    cap, reasoning_tokens = helper_output(price, MAX_OUTPUT_TOKENS)
     request = pii.seal(
         ModelRequest(
             model=model,
             system=(SystemLayer(LAYER_LABEL, INSTRUCTIONS),),
             messages=(UserMessage(text),),
             tools=(CLASSIFY_TOOL,),
-            max_output_tokens=MAX_OUTPUT_TOKENS,
+            max_output_tokens=cap,
+            reasoning_tokens=reasoning_tokens,
         )
     )
     try:
@@ -201,7 +203,7 @@ async def classify_inbound(
         started=started,
         started_at=started_at,
         attempts=1,
-        max_output_tokens=MAX_OUTPUT_TOKENS,
+        max_output_tokens=cap,
         text=json.dumps(labels.as_json()) if labels else None,
     )
     entries: list[dict[str, Any]] = [{**entry, "purpose": "classification"}]

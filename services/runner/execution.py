@@ -372,7 +372,8 @@ class RunExecutor:
                             max_steps=version.max_steps,
                             token_budget=version.token_budget,
                             cost_budget_micros=version.cost_budget_micros,
-                            max_output_tokens=self._settings.max_output_tokens,
+                            max_output_tokens=self._settings.max_output_tokens
+                            + (self._settings.reasoning_allowance_tokens if price.reasoning else 0),
                             min_output_tokens=self._settings.min_output_tokens,
                         )
                     ),

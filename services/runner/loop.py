@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from services.runner.budget import ModelPrice, RunLimits, admit_step, estimate_tokens
+from services.runner.budget import ModelPrice, RunLimits, admit_step, estimate_tokens, reasoning_share
 from services.runner.context import PromptDraft
 from services.runner.interceptors import CallContext, StopRequest, ToolInterceptor
 from services.runner.metrics import PROVIDER_RETRIES
 from services.runner.outcome import (
     INTERRUPTED,
+    OUTPUT_LIMIT_REACHED,
     SILENCE_TIMEOUT,
     CallRecord,
     HandoffRequest,
@@ -61,6 +62,7 @@ from services.runner.providers.base import (
     ProviderAccess,
     ProviderError,
     ProviderErrorKind,
+    StopReason,
     TokenUsage,
     ToolCallRequest,
     ToolOutcome,
@@ -332,6 +334,7 @@ class AgentLoop:
                     messages=tuple(messages),
                     tools=draft.tools,
                     max_output_tokens=admission.max_output_tokens,
+                    reasoning_tokens=reasoning_share(self._config.price, admission.max_output_tokens),
                 )
             )
 
@@ -354,6 +357,19 @@ class AgentLoop:
                     provider_state=response.provider_state,
                 )
             )
+            if not response.tool_calls and response.stop_reason is StopReason.MAX_TOKENS:
+                # Cut off at the cap (the budget's, or the configured one; a reasoning model may have
+                # spent it all thinking): half a sentence is not sent to a customer as an answer.
+                cap = admission.max_output_tokens
+                self._record_guard(OUTPUT_LIMIT_REACHED, f"the answer reached the {cap}-token output cap")
+                self._events.debug(OUTPUT_LIMIT_REACHED, f"cap {cap} tokens")
+                await self._flush_trace(final=True)
+                return self._outcome(
+                    OutcomeKind.ABORTED,
+                    abort_reason=OUTPUT_LIMIT_REACHED,
+                    summary=f"The answer of step {self._steps} was cut off at its {cap}-token output cap; "
+                    "nothing was sent.",
+                )
             if not response.tool_calls:
                 await self._flush_trace(final=True)
                 return self._outcome(OutcomeKind.ANSWERED, final_text=response.text)

@@ -64,6 +64,8 @@ CONTACT_ERASED = run_outcomes.CONTACT_ERASED
 INTERRUPTED = run_outcomes.INTERRUPTED
 SILENCE_TIMEOUT = "silence_timeout"
 LOOPING = "looping"
+# The model's answer reached the step's output cap: cut off (or all thinking, no answer).
+OUTPUT_LIMIT_REACHED = "output_limit_reached"
 HANDED_BACK = "handed_back"
 
 
@@ -120,6 +122,7 @@ _ABORT_FAMILIES = {
     "max_steps_reached": (Vitality.STALLED, ErrorFamily.BUDGET_EXCEEDED),
     "token_budget_exceeded": (Vitality.STALLED, ErrorFamily.BUDGET_EXCEEDED),
     "cost_budget_exceeded": (Vitality.STALLED, ErrorFamily.BUDGET_EXCEEDED),
+    OUTPUT_LIMIT_REACHED: (Vitality.STALLED, ErrorFamily.BUDGET_EXCEEDED),
     LOOPING: (Vitality.LOOPING, None),
     SILENCE_TIMEOUT: (Vitality.STALLED, ErrorFamily.SILENT_RUN),
     INTERRUPTED: (Vitality.ALIVE, None),

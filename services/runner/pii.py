@@ -259,6 +259,7 @@ class Pseudonymizer:
             messages=messages,
             tools=request.tools,
             max_output_tokens=request.max_output_tokens,
+            reasoning_tokens=request.reasoning_tokens,
             seal=_SEAL,
         )
 

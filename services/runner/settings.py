@@ -55,6 +55,9 @@ class RunnerSettings(ServiceSettings):
     max_output_tokens: int = Field(default=1024, ge=16, le=64_000)
     # A step that could not produce at least this many tokens is not started.
     min_output_tokens: int = Field(default=64, ge=1)
+    # Added to the cap of a model the catalog marks `reasoning` (its thinking counts against the
+    # cap and is billed as output); at most half a step's cap goes to thinking (docs/runner.md).
+    reasoning_allowance_tokens: int = Field(default=2048, ge=0, le=32_000)
 
     # The internal MCP tool server (services/api/mcp, mounted in the API) and the lifetime of a run's token.
     mcp_url: str = "http://127.0.0.1:8000/internal/mcp"

@@ -800,6 +800,7 @@ class RunStore:
                 output_micros_per_mtok=row.output_price_micros_per_mtok,
                 cache_read_micros_per_mtok=_int_or_none(attributes.get("cache_read_micros_per_mtok")),
                 cache_write_micros_per_mtok=_int_or_none(attributes.get("cache_write_micros_per_mtok")),
+                reasoning=attributes.get("reasoning") is True,
             )
         self._prices[(provider, model)] = (time.monotonic(), price)
         return price

@@ -38,7 +38,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from services.runner.attachments import TEXT, model_text
-from services.runner.budget import ModelPrice
+from services.runner.budget import ModelPrice, helper_output
 from services.runner.context import history_window
 from services.runner.pii import Pseudonymizer
 from services.runner.providers import ProviderRegistry
@@ -106,17 +106,21 @@ def transcript(items: list[HistoryItem]) -> str:
     )
 
 
-def summary_request(model: str, previous: str | None, items: list[HistoryItem]) -> ModelRequest:
+def summary_request(
+    model: str, previous: str | None, items: list[HistoryItem], price: ModelPrice | None = None
+) -> ModelRequest:
     """The summarization prompt (unsealed): the task, the previous summary, the new messages."""
     system = [SystemLayer(SUMMARY_TASK, INSTRUCTIONS)]
     if previous:
         system.append(SystemLayer("Previous summary", previous))
+    cap, reasoning_tokens = helper_output(price or ModelPrice(), SUMMARY_OUTPUT_TOKENS)
     return ModelRequest(
         model=model,
         system=tuple(system),
         messages=(UserMessage(f"New messages:\n{transcript(items)}"),),
         tools=(),
-        max_output_tokens=SUMMARY_OUTPUT_TOKENS,
+        max_output_tokens=cap,
+        reasoning_tokens=reasoning_tokens,
     )
 
 
@@ -201,7 +205,8 @@ class ThreadSummarizer:
         if provider.requires_key and (job.access is None or not job.access.api_key):
             return False
         pii = Pseudonymizer(names=[subject.conversation.contact_name if subject.conversation else None])
-        sealed = pii.seal(summary_request(version.model, coverage.summary, batch))
+        price = await self._price(version.provider, version.model)
+        sealed = pii.seal(summary_request(version.model, coverage.summary, batch, price))
         response = await provider.complete(
             sealed, job.access or ProviderAccess(CredentialSource.NONE, None), timeout_s=self._call_timeout_s
         )

@@ -85,6 +85,9 @@ class CatalogModel(BaseModel):
     output_usd_per_mtok: Decimal | None = Field(default=None, ge=0)
     price_basis: PriceBasis
     supports_tools: bool = True
+    # It thinks before it answers, and the thinking counts against the output cap (billed as
+    # output): the runner adds RUNNER_REASONING_ALLOWANCE_TOKENS to its cap and keeps the effort low.
+    reasoning: bool = False
     default: bool = False
     released_at: date | None = None
     deprecated_at: date | None = None
@@ -162,7 +165,7 @@ class Catalog(BaseModel):
                 "is_default": m.default,
                 "released_at": _midnight(m.released_at),
                 "deprecated_at": _midnight(m.deprecated_at),
-                "attributes": {"price_basis": m.price_basis},
+                "attributes": {"price_basis": m.price_basis, **({"reasoning": True} if m.reasoning else {})},
             }
             for provider, entry in self.providers.items()
             for m in entry.models

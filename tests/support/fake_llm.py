@@ -49,6 +49,7 @@ class Reply:
     error_body: dict[str, Any] | None = None
     delay_s: float = 0.0
     raw_arguments: str | None = None  # OpenAI only: send these exact (maybe malformed) arguments
+    truncated: bool = False  # the answer stopped at the request's output cap (max tokens / length)
 
 
 def text(value: str, **usage: int) -> Reply:
@@ -81,7 +82,7 @@ def _anthropic(reply: Reply, model: str) -> dict[str, Any]:
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": "tool_use" if reply.calls else "end_turn",
+        "stop_reason": "tool_use" if reply.calls else "max_tokens" if reply.truncated else "end_turn",
         "stop_sequence": None,
         "usage": {
             "input_tokens": reply.input_tokens,
@@ -90,6 +91,10 @@ def _anthropic(reply: Reply, model: str) -> dict[str, Any]:
             "cache_creation_input_tokens": reply.cache_write_tokens,
         },
     }
+
+
+def _openai_finish(reply: Reply) -> str:
+    return "tool_calls" if reply.calls else "length" if reply.truncated else "stop"
 
 
 def _openai(reply: Reply, model: str) -> dict[str, Any]:
@@ -112,7 +117,7 @@ def _openai(reply: Reply, model: str) -> dict[str, Any]:
         "object": "chat.completion",
         "created": 1_700_000_000,
         "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if reply.calls else "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": _openai_finish(reply)}],
         "usage": {
             "prompt_tokens": prompt,
             "completion_tokens": reply.output_tokens,
@@ -127,7 +132,13 @@ def _google(reply: Reply, model: str) -> dict[str, Any]:
     parts += [{"functionCall": {"name": c.name, "args": c.args}} for c in reply.calls]
     prompt = reply.input_tokens + reply.cache_read_tokens
     return {
-        "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+        "candidates": [
+            {
+                "content": {"role": "model", "parts": parts},
+                "finishReason": "MAX_TOKENS" if reply.truncated else "STOP",
+                "index": 0,
+            }
+        ],
         "usageMetadata": {
             "promptTokenCount": prompt,
             "candidatesTokenCount": reply.output_tokens,

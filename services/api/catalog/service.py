@@ -34,7 +34,8 @@ def providers(session: Session) -> list[ProviderView]:
 
 
 def model_view(row: AiModel) -> ModelView:
-    basis = row.attributes.get("price_basis") if isinstance(row.attributes, dict) else None
+    attributes = row.attributes if isinstance(row.attributes, dict) else {}
+    basis = attributes.get("price_basis")
     return ModelView(
         id=row.id,
         provider=LlmProvider(row.provider),
@@ -46,6 +47,7 @@ def model_view(row: AiModel) -> ModelView:
         output_price_micros_per_mtok=row.output_price_micros_per_mtok,
         price_basis=None if basis is None else str(basis),
         supports_tools=row.supports_tools,
+        reasoning=attributes.get("reasoning") is True,
         is_default=row.is_default,
         released_at=row.released_at,
         deprecated_at=row.deprecated_at,

@@ -127,6 +127,9 @@ class ModelRequest:
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
     max_output_tokens: int
+    # How many of ``max_output_tokens`` a reasoning model may spend thinking; 0: not a reasoning
+    # model (no reasoning parameter is sent).
+    reasoning_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,6 +176,10 @@ class GoogleProvider(ModelProvider):
         config = types.GenerateContentConfig(
             system_instruction=system or None,
             max_output_tokens=request.max_output_tokens,
+            # Gemini 2.5 thinks by default and its thinking counts against max_output_tokens.
+            thinking_config=(
+                types.ThinkingConfig(thinking_budget=request.reasoning_tokens) if request.reasoning_tokens else None
+            ),
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
             tools=(
                 [

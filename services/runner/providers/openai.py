@@ -118,6 +118,10 @@ class OpenAIProvider(ModelProvider):
             "messages": to_messages(render_system(request.system), request.messages),
             "max_completion_tokens": request.max_output_tokens,
         }
+        if request.reasoning_tokens:
+            # Chat Completions takes no thinking budget, only an effort; "low" keeps the thinking of
+            # a customer's question well inside the half of the cap it is allowed.
+            params["reasoning_effort"] = "low"
         if request.tools:
             params["tools"] = [
                 {

@@ -92,6 +92,13 @@ async def test_models_carry_prices_context_window_and_the_default(client: httpx.
     assert lite["input_price_micros_per_mtok"] is None and lite["output_price_micros_per_mtok"] is None
     assert lite["price_basis"] == "unknown" and lite["context_window"] == 1_048_576
     assert sum(m["is_default"] for m in models.values() if m["provider"] == "openai") == 1
+    reasoning = {key for key, m in models.items() if m["reasoning"]}
+    assert reasoning == {
+        ("openai", "gpt-5"),
+        ("openai", "gpt-5-mini"),
+        ("google", "gemini-2.5-pro"),
+        ("google", "gemini-2.5-flash"),
+    }
 
 
 async def test_models_filter_by_provider(client: httpx.AsyncClient, org: OrgHandle) -> None:

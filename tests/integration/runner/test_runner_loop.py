@@ -89,6 +89,56 @@ async def test_cost_budget_lowers_the_output_cap_of_the_last_affordable_step(rh:
     assert 64 <= cap < 1024
 
 
+@pytest.mark.parametrize(
+    ("provider", "model", "answer"),
+    [
+        ("anthropic", "claude-sonnet-4-6", "Claro! Os planos são: 1. Básico, R$ 50 por mês; 2. Prem"),
+        ("openai", "gpt-5-mini", ""),  # a reasoning model that spent the whole cap thinking
+        ("google", "gemini-2.5-flash", "Temos três opções de entrega, a mais rápida"),
+    ],
+)
+async def test_an_answer_cut_off_at_the_output_cap_is_not_sent(
+    rh: RunnerHarness, provider: str, model: str, answer: str
+) -> None:
+    agent = create_agent(rh.db, provider=provider, model=model)
+    rh.fake.script([Reply(text=answer, output_tokens=1024, truncated=True)])
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Quais são os planos?")]))
+
+    assert (row.status, row.abort_reason) == ("aborted", "output_limit_reached")
+    assert row.error_family == "budgetExceeded" and row.vitality == "stalled"
+    assert row.final_text is None and row.would_send_to is None, "half an answer never reaches the customer"
+    assert "cut off" in (row.summary or "")
+    [guard] = [e for e in row.tool_calls if e["kind"] == "guard" and e["name"] == "output_limit_reached"]
+    assert "output cap" in guard["detail"]
+    completed = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted))
+    assert completed.abort_reason == "output_limit_reached" and completed.final_text is None
+
+
+async def test_a_reasoning_model_gets_room_to_think_and_keeps_half_the_cap_for_its_answer(rh: RunnerHarness) -> None:
+    """The catalog marks GPT-5 and Gemini 2.5 as reasoning: their thinking counts against the cap,
+    so a 1,024-token cap could come back empty. Their cap gets RUNNER_REASONING_ALLOWANCE_TOKENS
+    on top, Gemini a thinking budget of half of it, GPT-5 a low effort; Claude is unchanged."""
+    sent = {}
+    for provider, model in (
+        ("openai", "gpt-5-mini"),
+        ("google", "gemini-2.5-flash"),
+        ("anthropic", "claude-sonnet-4-6"),
+    ):
+        agent = create_agent(rh.db, provider=provider, model=model)
+        rh.fake.script([Reply(text="Olá!")])
+        row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+        assert row.status == "completed"
+        sent[provider] = rh.fake.calls_to(provider)[-1].body
+    assert (sent["openai"]["max_completion_tokens"], sent["openai"]["reasoning_effort"]) == (3072, "low")
+    generation = sent["google"]["generationConfig"]
+    thinking = generation["thinkingConfig"]  # the SDK writes the proto's own name, which the API takes too
+    assert (generation["maxOutputTokens"], thinking.get("thinkingBudget", thinking.get("thinking_budget"))) == (
+        3072,
+        1536,
+    )
+    assert sent["anthropic"]["max_tokens"] == 1024 and "thinking" not in sent["anthropic"]
+
+
 async def test_doom_loop_nudges_after_three_and_stops_after_five(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, provider="openai", model="gpt-5-mini", tool_ids=[SEARCH_CONTACTS])
     rh.fake.script(lambda _: tool(SEARCH_CONTACTS, {"query": "same"}))

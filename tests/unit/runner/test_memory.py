@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from services.runner.budget import ModelPrice
 from services.runner.context import compose, default_builders
 from services.runner.memory import LABEL, FactRetriever, RetrievedFact, fact_query, with_memory
 from services.runner.pii import Pseudonymizer
@@ -104,3 +105,11 @@ def test_a_short_conversation_needs_no_summary_job_and_a_long_one_does() -> None
     assert not nothing_left_the_window(subject(tuple(long_texts), window=10, token_window=500))
     # A version without history window loads none: the job decides.
     assert not nothing_left_the_window(subject((), window=0))
+
+
+def test_a_summary_by_a_reasoning_model_has_room_to_think_and_keeps_its_answer_cap() -> None:
+    batch = items(("inbound", "Quero trocar o tamanho"))
+    plain = summary_request("claude-sonnet-4-6", None, batch, ModelPrice())
+    reasoning = summary_request("gpt-5-mini", None, batch, ModelPrice(reasoning=True))
+    assert (plain.max_output_tokens, plain.reasoning_tokens) == (800, 0)
+    assert (reasoning.max_output_tokens, reasoning.reasoning_tokens) == (2848, 1424)
