@@ -40,6 +40,7 @@ from services.runner.outcome import RUNNER_SHUTDOWN, Classification, LoopOutcome
 from services.runner.preload import MISSING, Preload
 from services.runner.providers.base import TokenUsage
 from services.runner.subject import ConversationInfo, HistoryItem, RunSubject, VersionConfig
+from services.runner.superseded import withdraw_lost_attempt
 from switchboard.contracts import (
     Action,
     HandoffTriggered,
@@ -294,6 +295,8 @@ class RunStore:
                 start = plan(subject)  # after a lost run was closed below, so it starts after that end
                 if await self._insert_running(session, request, loaded, start):
                     answered_by = await self._answered_by(session, request)
+                    if answered_by is None:  # a recovery attempt that will run the turn again
+                        await withdraw_lost_attempt(session, self._serde, request)
                     resolved = await self._start(session, subject, start)
                     return Claim(
                         ClaimState.CREATED,

@@ -39,7 +39,7 @@ class ModelView(BaseModel):
     supports_tools: bool
     reasoning: bool = Field(
         description="The model thinks before it answers; its thinking is billed as output tokens "
-        "(runs give it a larger output cap, docs/runner.md \"Output cap\")."
+        '(runs give it a larger output cap, docs/runner.md "Output cap").'
     )
     is_default: bool = Field(description="The provider's recommended model.")
     released_at: datetime | None

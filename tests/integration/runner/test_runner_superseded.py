@@ -1,0 +1,159 @@
+"""A recovery attempt withdraws what its lost parent left undone (services/runner/superseded.py):
+without it a runner killed after a write-tool call left two approval cards for one request
+(approving both sent twice), two follow-ups, and a queued message pending forever."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.runner.superseded import RATIONALE, WITHDRAWN
+from switchboard.contracts import Insight, Serde, Topics
+from switchboard.db.insights import upsert_insight
+from switchboard.db.models import AgentDecision, AiAgentRun, Message, OutboxEvent, ScheduledFollowup
+from switchboard.db.models.autonomy import WorkspaceInsight
+from switchboard.db.session import tenant_transaction
+from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, inbound, run_request
+from tests.support.fake_llm import Reply
+
+pytestmark = pytest.mark.integration
+
+
+def _parent_with_leftovers(rh: RunnerHarness, agent: Agent, run_id: uuid.UUID, status: str) -> dict[str, uuid.UUID]:
+    """A parent run row in ``status`` with a proposal (and its Home item), an executed action, a
+    scheduled follow-up and a queued message — what a run leaves after a write-tool call."""
+    ids = {name: uuid.uuid4() for name in ("proposed", "executed", "followup", "message")}
+    now = datetime.now(UTC)
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        session.add(
+            AiAgentRun(
+                id=run_id,
+                org_id=agent.org_id,
+                agent_id=agent.agent_id,
+                agent_version_id=agent.version_id,
+                conversation_id=agent.conversation_id,
+                status=status,
+                **({"completed_at": now, "final_text": "Pronto!"} if status == "completed" else {}),
+            )
+        )
+        session.flush()
+        for key, decision_status in (("proposed", "proposed"), ("executed", "executed")):
+            session.add(
+                AgentDecision(
+                    id=ids[key],
+                    org_id=agent.org_id,
+                    run_id=run_id,
+                    agent_id=agent.agent_id,
+                    area="crm",
+                    action_type="crm_send_whatsapp_message",
+                    proposed_action={"tool_name": "crm_send_whatsapp_message"},
+                    autonomy_tier="propose" if key == "proposed" else "auto",
+                    status=decision_status,
+                    **({"executed_at": now} if key == "executed" else {}),
+                )
+            )
+        session.flush()
+        upsert_insight(
+            session,
+            org_id=agent.org_id,
+            dedupe_key=f"decision:{ids['proposed']}",
+            area="crm",
+            title="Send a message?",
+            run_id=run_id,
+            agent_decision_id=ids["proposed"],
+        )
+        session.add(
+            ScheduledFollowup(
+                id=ids["followup"],
+                org_id=agent.org_id,
+                conversation_id=agent.conversation_id,
+                contact_id=agent.contact_id,
+                agent_id=agent.agent_id,
+                created_by_run_id=run_id,
+                due_at=now + timedelta(hours=1),
+                reason="check back",
+            )
+        )
+        session.add(
+            Message(
+                id=ids["message"],
+                org_id=agent.org_id,
+                conversation_id=agent.conversation_id,
+                channel_session_id=agent.channel_session_id,
+                direction="outbound",
+                sender="agent",
+                dedupe_key=f"agent-tool:{run_id}:x",
+                body="Seu pedido saiu.",
+                delivery_status="pending",
+                run_id=run_id,
+            )
+        )
+    return ids
+
+
+def _state(rh: RunnerHarness, agent: Agent, ids: dict[str, uuid.UUID]) -> dict[str, tuple[object, ...]]:
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        proposed = session.get(AgentDecision, ids["proposed"])
+        executed = session.get(AgentDecision, ids["executed"])
+        item = session.scalar(select(WorkspaceInsight).where(WorkspaceInsight.agent_decision_id == ids["proposed"]))
+        followup = session.get(ScheduledFollowup, ids["followup"])
+        message = session.get(Message, ids["message"])
+        assert proposed and executed and item and followup and message
+        return {
+            "proposed": (proposed.status, proposed.rationale),
+            "executed": (executed.status,),
+            "home": (item.status,),
+            "followup": (followup.status, followup.error),
+            "message": (message.delivery_status, message.delivery_error),
+        }
+
+
+def _insight_records(rh: RunnerHarness) -> list[Insight]:
+    serde = Serde.from_settings(rh.kafka)
+    with Session(rh.db) as session:
+        payloads = session.scalars(select(OutboxEvent.payload).where(OutboxEvent.topic == Topics.INSIGHTS.name)).all()
+    return [serde.decode(Topics.INSIGHTS, bytes(p)) for p in payloads]
+
+
+async def test_a_recovery_attempt_withdraws_what_its_lost_parent_left_undone(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    message = inbound(rh.db, agent, "Meu pedido saiu?")
+    parent = run_request(agent, [message])
+    ids = _parent_with_leftovers(rh, agent, parent.run_id, "running")  # its runner was killed
+    rh.fake.script([Reply(text="Saiu sim!")])
+
+    retry = run_request(agent, [message], attempt=2, parent_run_id=parent.run_id)
+    row = await rh.run(retry)
+
+    assert row.status == "completed"
+    assert _state(rh, agent, ids) == {
+        "proposed": ("rejected", RATIONALE),
+        "executed": ("executed",),  # done is done
+        "home": ("dismissed",),
+        "followup": ("cancelled", WITHDRAWN),
+        "message": ("failed", WITHDRAWN),
+    }
+    dismissed = [r for r in _insight_records(rh) if r.insight_key == f"decision:{ids['proposed']}"]
+    assert [r.status.value for r in dismissed] == ["dismissed"], "the brief drops the card"
+
+
+async def test_a_parent_that_completed_keeps_everything(rh: RunnerHarness) -> None:
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    message = inbound(rh.db, agent, "Meu pedido saiu?")
+    parent = run_request(agent, [message])
+    ids = _parent_with_leftovers(rh, agent, parent.run_id, "completed")  # its run_completed was late
+    rh.fake.script([Reply(text="Saiu sim!")])
+
+    await rh.run(run_request(agent, [message], attempt=2, parent_run_id=parent.run_id))
+
+    assert _state(rh, agent, ids) == {
+        "proposed": ("proposed", None),
+        "executed": ("executed",),
+        "home": ("new",),
+        "followup": ("scheduled", None),
+        "message": ("pending", None),
+    }
