@@ -266,7 +266,12 @@ async def test_third_approval_of_a_type_suggests_auto_and_never_switches(
     assert cleared.status_code == 200, cleared.text
     after = {a["action_type"]: (a["mode"], a["effective_mode"]) for a in cleared.json()["data"]["actions"]}
     assert after[SEND_WHATSAPP_MESSAGE] == (None, "propose")
-    audited = _rows(rh, org.org_id, "SELECT details FROM audit_log WHERE action = 'autonomy.action_mode_set'")
+    audited = _rows(
+        rh,
+        org.org_id,
+        # Each in its own transaction: created_at (now()) orders them; a heap scan alone does not.
+        "SELECT details FROM audit_log WHERE action = 'autonomy.action_mode_set' ORDER BY created_at",
+    )
     assert [a["details"]["mode"] for a in audited] == ["auto", None]
 
 
