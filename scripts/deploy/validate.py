@@ -13,8 +13,9 @@ PATH), then every object is checked against
    ``deploy/k8s/crd-schemas/``; an object with no schema at all is an error;
 2. the rules we hold the manifests to (``check_policies``): pinned images, non-root,
    read-only root filesystem, resources, probes, no Secret values, references that
-   resolve, the migration ordering, the NetworkPolicy shape, and the partition bound of
-   the stream services (replicas never above ``KAFKA_CONVERSATION_PARTITIONS``).
+   resolve, the migration ordering, the NetworkPolicy shape, the partition bound of
+   the stream services (replicas never above ``KAFKA_CONVERSATION_PARTITIONS``), and a
+   production ConfigMap without laptop values (``check_production_config``).
 
 Compose: the compose-spec JSON schema (vendored by ``check-jsonschema``) plus our rules;
 ``docker compose config`` as well where a Docker client with the compose plugin exists.
@@ -39,6 +40,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jsonschema
 import yaml
@@ -520,9 +522,37 @@ def check_topics(objects: list[dict[str, Any]]) -> list[Finding]:
     return findings
 
 
+_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+
+
+def check_production_config(objects: list[dict[str, Any]]) -> list[Finding]:
+    """A production ConfigMap holds no laptop values: the base's WAHA at 127.0.0.1 is the pod
+    itself (every reply fails), an empty ``API_PUBLIC_URL`` makes ``:connect`` answer 409, and
+    private egress allowed lets tenants point webhooks and base URLs into the cluster."""
+    config = switchboard_config(objects)
+    if config.get("SWITCHBOARD_ENV") != "production":
+        return []
+    where = "ConfigMap/switchboard-config"
+    findings: list[Finding] = []
+    if config.get("SWITCHBOARD_EGRESS_DENY_PRIVATE", "").lower() != "true":
+        findings.append(Finding(where, "production", "SWITCHBOARD_EGRESS_DENY_PRIVATE must be true"))
+    public = urlsplit(config.get("API_PUBLIC_URL", ""))
+    if public.scheme != "https" or not public.hostname or public.hostname in _LOOPBACK_HOSTS:
+        findings.append(Finding(where, "production", "API_PUBLIC_URL must be the https URL WAHA reaches the API at"))
+    for name in ("API_WAHA_BASE_URL", "NOTIFIER_WAHA_BASE_URL"):
+        host = urlsplit(config.get(name, "")).hostname or ""
+        if host in _LOOPBACK_HOSTS or host.startswith("127.") or not host:
+            findings.append(Finding(where, "production", f"{name} is the pod itself ({host or 'empty'})"))
+    if config.get("API_WAHA_BASE_URL") != config.get("NOTIFIER_WAHA_BASE_URL"):
+        findings.append(Finding(where, "production", "API_WAHA_BASE_URL and NOTIFIER_WAHA_BASE_URL must be one WAHA"))
+    return findings
+
+
 def validate_objects(objects: list[dict[str, Any]]) -> list[Finding]:
     return (
-        check_schemas(objects) + check_policies(objects) + sorted(set(check_workloads(objects) + check_topics(objects)))
+        check_schemas(objects)
+        + check_policies(objects)
+        + sorted(set(check_workloads(objects) + check_topics(objects) + check_production_config(objects)))
     )
 
 

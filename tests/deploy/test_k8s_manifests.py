@@ -168,3 +168,28 @@ def test_only_the_api_is_open_to_outside(rendered: dict[str, list[dict[str, Any]
         policies["switchboard-api-ingress"]["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
         == "api"
     )
+
+
+def test_a_production_config_with_laptop_values_is_refused() -> None:
+    def config(**values: str) -> list[dict[str, Any]]:
+        base = {
+            "SWITCHBOARD_ENV": "production",
+            "SWITCHBOARD_EGRESS_DENY_PRIVATE": "true",
+            "API_PUBLIC_URL": "https://sb.example.com",
+            "API_WAHA_BASE_URL": "http://waha:3000",
+            "NOTIFIER_WAHA_BASE_URL": "http://waha:3000",
+        }
+        return [{"kind": "ConfigMap", "metadata": {"name": "switchboard-config-abc"}, "data": base | values}]
+
+    assert validate.check_production_config(config()) == []
+    assert validate.check_production_config(config(SWITCHBOARD_ENV="development", API_PUBLIC_URL="")) == []
+    refused = {
+        "SWITCHBOARD_EGRESS_DENY_PRIVATE": ("false", "must be true"),
+        "API_PUBLIC_URL": ("", "https URL"),
+        "NOTIFIER_WAHA_BASE_URL": ("http://127.0.0.1:3000", "the pod itself"),
+    }
+    for name, (value, message) in refused.items():
+        findings = validate.check_production_config(config(**{name: value}))
+        assert any(message in f.message for f in findings), (name, findings)
+    [different] = validate.check_production_config(config(API_WAHA_BASE_URL="http://other-waha:3000"))
+    assert "one WAHA" in different.message

@@ -11,7 +11,7 @@ from alembic.script import ScriptDirectory
 from switchboard.db import migrate
 from switchboard.db.audit import REDACTED, is_secret_key, redact
 from switchboard.db.lookups import hash_api_token
-from switchboard.db.session import normalize_url
+from switchboard.db.session import create_async_engine, normalize_url
 from switchboard.db.usage import month_start
 
 
@@ -85,3 +85,17 @@ def test_migrations_form_one_linear_history_without_an_ini_file() -> None:
     assert len(script.get_heads()) == 1
     revisions = [r.revision for r in script.walk_revisions()]
     assert revisions[-1] == "0001" and migrate.head_revision() == revisions[0]
+
+
+def test_a_services_pool_size_is_its_ceiling_unless_it_asks_for_overflow() -> None:
+    """docs/deploy.md counts connections per pod from the pool sizes: SQLAlchemy's default
+    overflow of 10 doubled them unseen (a dev cluster ran out of PostgreSQL's 100)."""
+    url = "postgresql://app@db.invalid/switchboard"
+    bounded = create_async_engine(url, pool_size=7)
+    bursting = create_async_engine(url, pool_size=7, max_overflow=7)
+    try:
+        assert (bounded.pool.size(), bounded.pool._max_overflow) == (7, 0)  # type: ignore[attr-defined]
+        assert bursting.pool._max_overflow == 7  # type: ignore[attr-defined]
+    finally:
+        bounded.sync_engine.dispose()
+        bursting.sync_engine.dispose()
