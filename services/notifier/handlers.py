@@ -39,7 +39,7 @@ from services.notifier.retry import Outcome, RetryPolicy, send_with_retry
 from services.notifier.store import Claimed, Notification, NotifierStore
 from switchboard.contracts import HandoffTriggered, HumanMessageRequested, Insight, RunCompleted, RunStatus
 from switchboard.contracts.enums import InsightKind, InsightStatus
-from switchboard.db.models.notifications import NotificationState
+from switchboard.db.models.notifications import DeliveryKind, NotificationState
 from switchboard.kafka.consumer import Inbound
 from switchboard.observability.logging import get_logger
 from switchboard.run_outcomes import WITH_HUMANS, left_unanswered
@@ -254,7 +254,10 @@ class NotifierHandlers:
             return Outcome(attempts=0, error=exc)
         try:
             result = await channel.send(
-                route.to(claimed.chat_id), claimed.text, idempotency_key=str(claimed.message_id)
+                route.to(claimed.chat_id),
+                claimed.text,
+                idempotency_key=str(claimed.message_id),
+                from_model=claimed.kind is not DeliveryKind.HUMAN,
             )
         except ChannelError as exc:
             return Outcome(attempts=1, error=exc)

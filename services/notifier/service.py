@@ -107,10 +107,13 @@ class Notifier:
             await stop.wait()
             await consumer_task
         except asyncio.CancelledError:
-            # Cancelled (killed, or a crash in tests): no grace. Retries and sends in flight stop where
-            # they are and their rows stay as a kill leaves them, for the next notifier's sweep —
-            # with a grace they ran on while the consumer shut down and wrote outcomes a kill never would.
-            await handlers.abandon()
+            # This task cancelled (killed, or a crash in tests): no grace. Retries and sends in flight
+            # stop where they are and their rows stay as a kill leaves them, for the next notifier's
+            # sweep — with a grace they ran on while the consumer shut down and wrote outcomes a kill
+            # never would. A consumer task that merely ended cancelled is not a kill: the stop's grace holds.
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                await handlers.abandon()
             raise
         finally:
             # Nothing past the last handled record is committed.

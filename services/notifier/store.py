@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, event, or_, select, text, update
+from sqlalchemy import bindparam, event, exists, or_, select, text, update
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -36,7 +36,6 @@ from switchboard.db.models.notifications import (
     RunDelivery,
     org_webhook_aad,
 )
-from switchboard.db.queued_messages import cancel_queued_messages
 from switchboard.db.session import async_tenant_transaction
 from switchboard.internal_chats import is_internal_chat
 from switchboard.observability.scrubbing import scrub_text
@@ -260,7 +259,7 @@ class NotifierStore:
             if erased:
                 # Erased after the run answered (docs/api.md "Erasing a contact"): the reply is
                 # not stored (its text would be personal data again) and nothing is sent.
-                await cancel_queued_messages(session, org_id, completed.run_id, CONTACT_ERASED)
+                await _cancel_intents(session, org_id, completed.run_id, CONTACT_ERASED)
                 return RunClaims([])
             if reply is None:
                 candidates = await self._intents(session, org_id, completed.run_id)
@@ -579,7 +578,7 @@ class NotifierStore:
     async def cancel_intents(self, org_id: uuid.UUID, run_id: uuid.UUID, reason: str) -> int:
         """Queued intents of a run that must not be sent (handoff, failure): marked failed, never claimed."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            return await cancel_queued_messages(session, org_id, run_id, reason)
+            return await _cancel_intents(session, org_id, run_id, reason)
 
     # ------------------------------------------------------------------ humans
 
@@ -726,6 +725,22 @@ class NotifierStore:
                     sent_at=datetime.now(UTC) if state is NotificationState.SENT else None,
                 )
             )
+
+
+async def _cancel_intents(session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID, reason: str) -> int:
+    """Mark the run's queued, unclaimed intents failed with ``reason`` (in the caller's transaction)."""
+    result = await session.execute(
+        update(Message)
+        .where(
+            Message.org_id == org_id,
+            Message.run_id == run_id,
+            Message.direction == MessageDirection.OUTBOUND.value,
+            Message.delivery_status == MessageDeliveryStatus.PENDING.value,
+            ~exists().where(RunDelivery.message_id == Message.id),
+        )
+        .values(delivery_status=MessageDeliveryStatus.FAILED.value, delivery_error=reason)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 async def _expire_left_claim(session: AsyncSession, org_id: uuid.UUID, candidate: _Candidate, channel: str) -> None:

@@ -97,6 +97,9 @@ class RunLimits:
     cost_budget_micros: int
     max_output_tokens: int
     min_output_tokens: int
+    # Added to ``max_output_tokens`` when the step's model reasons (``ModelPrice.reasoning``):
+    # decided per model at admission, so a sub-agent on another model gets its own.
+    reasoning_allowance_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +149,7 @@ def admit_step(
     """Whether the next step may start, and with which output cap (a pure function)."""
     if steps_done >= limits.max_steps:
         return Admission(refusal=MAX_STEPS_REACHED)
-    cap = limits.max_output_tokens
+    cap = limits.max_output_tokens + (limits.reasoning_allowance_tokens if price.reasoning else 0)
     tokens_left = limits.token_budget - used.total - next_input_tokens
     cap = min(cap, tokens_left)
     if cap < limits.min_output_tokens:

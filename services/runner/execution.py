@@ -372,9 +372,9 @@ class RunExecutor:
                             max_steps=version.max_steps,
                             token_budget=version.token_budget,
                             cost_budget_micros=version.cost_budget_micros,
-                            max_output_tokens=self._settings.max_output_tokens
-                            + (self._settings.reasoning_allowance_tokens if price.reasoning else 0),
+                            max_output_tokens=self._settings.max_output_tokens,
                             min_output_tokens=self._settings.min_output_tokens,
+                            reasoning_allowance_tokens=self._settings.reasoning_allowance_tokens,
                         )
                     ),
                     price=price,

@@ -1,24 +1,21 @@
-"""What a lost attempt left undone is withdrawn when its recovery attempt takes the run.
+"""A recovery attempt withdraws the proposals its lost parent left waiting for the owner.
 
 A recovery attempt (``parent_run_id``, docs/dispatcher.md "Recovery") runs the turn again
-under a new run id, and every effect a run leaves is keyed by its run id: the proposals on
-the Home (``uuid5(run_id, call)``), the follow-ups it scheduled, the messages its send tool
-queued. Left alone, a runner killed after a write-tool call gave the owner two approval
-cards for one request (approving both sent twice), two follow-ups, and a queued message
-that stayed ``pending`` forever (only the run's completion sends them, and a lost run never
-completes). So the claim of the recovery attempt, in its own transaction, withdraws what
-the lost attempt left *undone*:
+under a new run id, and a proposal's id is derived from its run's (``uuid5(run_id, call)``).
+Left alone, a runner killed after proposing a write left the owner two approval cards for
+one request — and approving both sent the message twice. So the claim of the recovery
+attempt, in its own transaction, turns the lost parent's still-``proposed`` decisions
+``rejected`` (rationale :data:`RATIONALE`, nobody's decision) and dismisses their Home items,
+announced on ``insights`` like an owner's rejection (the brief drops the card); the attempt
+proposes again if it still should.
 
-- its ``proposed`` decisions become ``rejected`` (rationale :data:`RATIONALE`, nobody's
-  decision) and their Home items ``dismissed``, announced on ``insights`` like an owner's
-  rejection (the brief drops the card);
-- its ``scheduled`` follow-ups are ``cancelled``;
-- its queued outbound messages that no send claimed are ``failed`` (:data:`WITHDRAWN`).
-
-What it *did* stays (an executed action, a message already claimed by the notifier). Only a
-parent that was lost — closed ``processLost`` (by this claim, the sweep, or handed back at a
-stop) — is touched: one that completed or paused for approval keeps everything, and then
-the attempt does not answer again anyway (``RunStore._answered_by``).
+What the parent *did* stays: an executed action, a follow-up it scheduled, an approved
+action's effects (they carry the parent's run id too, so they are not told apart from the
+parent's own here — the reason follow-ups and queued messages are left alone). A decision
+the owner is deciding at this moment is skipped (``SKIP LOCKED``): their decision wins, and
+the claim never waits on (or deadlocks with) the approval's transaction. Only a parent closed
+``processLost`` (by this claim, the sweep, or handed back at a stop) is touched: one that
+completed or paused for approval keeps its proposals.
 """
 
 from __future__ import annotations
@@ -33,18 +30,16 @@ from sqlalchemy.orm import Session
 
 from switchboard.contracts import RunRequested, Serde, Topics
 from switchboard.contracts.enums import ErrorFamily, InsightStatus
-from switchboard.db.enums import DecisionStatus, FollowupStatus
+from switchboard.db.enums import DecisionStatus
 from switchboard.db.insights import status_record
-from switchboard.db.models import AgentDecision, AiAgentRun, ScheduledFollowup
+from switchboard.db.models import AgentDecision, AiAgentRun
 from switchboard.db.models.autonomy import WorkspaceInsight
 from switchboard.db.outbox import enqueue_record
-from switchboard.db.queued_messages import cancel_queued_messages
 from switchboard.observability.logging import get_logger
 
 log = get_logger(__name__)
 
 RATIONALE: Final = "withdrawn: the run was lost before it finished; its recovery attempt took over"
-WITHDRAWN: Final = "withdrawn_run_lost"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +47,14 @@ class Withdrawn:
     """What the claim withdrew (logged)."""
 
     decisions: int = 0
-    followups: int = 0
-    messages: int = 0
 
     @property
     def any(self) -> bool:
-        return bool(self.decisions or self.followups or self.messages)
+        return bool(self.decisions)
 
 
 async def withdraw_lost_attempt(session: AsyncSession, serde: Serde, request: RunRequested) -> Withdrawn:
-    """Withdraw what the lost parent of ``request`` left undone (nothing for a first attempt)."""
+    """Withdraw the proposals the lost parent of ``request`` left waiting (none for a first attempt)."""
     parent_id = request.parent_run_id
     if parent_id is None:
         return Withdrawn()
@@ -80,8 +73,15 @@ async def withdraw_lost_attempt(session: AsyncSession, serde: Serde, request: Ru
             update(AgentDecision)
             .where(
                 AgentDecision.org_id == org_id,
-                AgentDecision.run_id == parent_id,
-                AgentDecision.status == DecisionStatus.PROPOSED.value,
+                AgentDecision.id.in_(
+                    select(AgentDecision.id)
+                    .where(
+                        AgentDecision.org_id == org_id,
+                        AgentDecision.run_id == parent_id,
+                        AgentDecision.status == DecisionStatus.PROPOSED.value,
+                    )
+                    .with_for_update(skip_locked=True)
+                ),
             )
             .values(status=DecisionStatus.REJECTED.value, rationale=RATIONALE, decided_at=func.now())
             .returning(AgentDecision.id)
@@ -89,24 +89,10 @@ async def withdraw_lost_attempt(session: AsyncSession, serde: Serde, request: Ru
     ).all()
     if decisions:
         await session.run_sync(lambda s: _dismiss_home_items(s, serde, request, list(decisions)))
-    followups = await session.execute(
-        update(ScheduledFollowup)
-        .where(
-            ScheduledFollowup.org_id == org_id,
-            ScheduledFollowup.created_by_run_id == parent_id,
-            ScheduledFollowup.status == FollowupStatus.SCHEDULED.value,
-        )
-        .values(status=FollowupStatus.CANCELLED.value, cancelled_at=func.now(), error=WITHDRAWN)
-    )
-    messages = await cancel_queued_messages(session, org_id, parent_id, WITHDRAWN)
-    withdrawn = Withdrawn(
-        decisions=len(decisions),
-        followups=int(getattr(followups, "rowcount", 0) or 0),
-        messages=messages,
-    )
+    withdrawn = Withdrawn(decisions=len(decisions))
     if withdrawn.any:
         log.info(
-            "what the lost attempt left undone was withdrawn",
+            "the lost attempt's proposals were withdrawn",
             extra={"run_id": str(request.run_id), "parent_run_id": str(parent_id), **asdict(withdrawn)},
         )
     return withdrawn

@@ -80,7 +80,7 @@ def create_async_engine(
     url: str | URL, *, pool_size: int = 5, prepared_statements: bool | None = None, **kwargs: Any
 ) -> AsyncEngine:
     """The asyncio engine of the services (psycopg 3 async; same URL; needs greenlet), at most
-    ``pool_size`` connections (plus ``max_overflow`` when a caller gives one).
+    ``pool_size`` connections plus as many again in bursts (``max_overflow``, when not given).
 
     No pre-ping: it is one more round trip on every checkout — measured here, a tenant
     transaction of one statement took 3.3 ms with it and 1.0 ms without — on the hot
@@ -95,10 +95,11 @@ def create_async_engine(
     _connect_args(kwargs, prepared_statements)
     if kwargs.get("poolclass") is None:
         kwargs.setdefault("pool_size", pool_size)
-        # The pool size is the ceiling unless a service asks for more: SQLAlchemy's default
-        # overflow of 10 silently doubled every pod's connections (docs/deploy.md "Database
-        # connections" counts on this).
-        kwargs.setdefault("max_overflow", 0)
+        # At most twice the pool size unless a service says otherwise: SQLAlchemy's default
+        # overflow is a fixed 10 whatever the pool, which docs/deploy.md "Database connections"
+        # could not count on. Not 0: a request that holds its connection while a second one
+        # records something (a failed sign-in, an approval's tool call) needs the headroom.
+        kwargs.setdefault("max_overflow", kwargs["pool_size"])
     return sa_create_async_engine(normalize_url(url), **kwargs)
 
 

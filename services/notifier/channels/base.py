@@ -91,5 +91,8 @@ class Channel(ABC):
         self._timeout_s = timeout_s
 
     @abstractmethod
-    async def send(self, destination: Destination, text: str, *, idempotency_key: str) -> SendResult:
-        """Send once (no retry); raise :class:`ChannelError` on failure."""
+    async def send(
+        self, destination: Destination, text: str, *, idempotency_key: str, from_model: bool = False
+    ) -> SendResult:
+        """Send once (no retry); raise :class:`ChannelError` on failure. ``from_model``: a model wrote
+        ``text`` (a reply, an agent's queued message), so a chat channel may render its Markdown."""

@@ -22,9 +22,13 @@ def _message_id(body: Any) -> str | None:
 class WahaChannel(Channel):
     name = "waha"
 
-    async def send(self, destination: Destination, text: str, *, idempotency_key: str) -> SendResult:
-        # Models write Markdown; WhatsApp shows its own markup and the rest as typed.
-        payload = {"session": destination.session, "chatId": destination.chat_id, "text": to_whatsapp(text)}
+    async def send(
+        self, destination: Destination, text: str, *, idempotency_key: str, from_model: bool = False
+    ) -> SendResult:
+        # Models write Markdown; WhatsApp shows its own markup and the rest as typed. What a person
+        # typed in the inbox goes as typed.
+        shown = to_whatsapp(text) if from_model else text
+        payload = {"session": destination.session, "chatId": destination.chat_id, "text": shown}
         headers = {"X-Api-Key": destination.secret} if destination.secret else {}
         response = await post_json(
             self._client,

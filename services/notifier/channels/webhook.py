@@ -38,7 +38,9 @@ def signed_headers(secret: str | None, body: bytes, *, event_id: str, now: float
 class WebhookChannel(Channel):
     name = "webhook"
 
-    async def send(self, destination: Destination, text: str, *, idempotency_key: str) -> SendResult:
+    async def send(
+        self, destination: Destination, text: str, *, idempotency_key: str, from_model: bool = False
+    ) -> SendResult:
         """``text`` is the JSON document to deliver (already serialized by the caller)."""
         body = text.encode()
         await post_json(

@@ -4,15 +4,17 @@ Models write Markdown even when told not to; WhatsApp has its own, smaller marku
 (``*bold*``, ``_italic_``, ``~strike~``, ```` ``` ```` blocks, `` `code` ``, ``-`` lists, ``>``
 quotes) and shows everything else as typed. Unconverted, a customer got ``**Horário:**``,
 ``### Pedido`` and ``[site](https://…)`` with every symbol. So the WAHA channel converts
-what has a WhatsApp form and leaves the rest alone:
+what a model wrote (never what a person typed in the inbox) where it has a WhatsApp form:
 
 - ``**x**`` / ``__x__`` → ``*x*``; ``~~x~~`` → ``~x~``; a single ``*x*`` stays: it is WhatsApp's
-  bold (the reply instructions ask for it), and Markdown's italic shown bold still stresses it
-- ``# Heading`` → ``*Heading*``; ``* item`` / ``+ item`` → ``- item``; a ``---`` rule → nothing
+  bold (the reply rules ask for it), and Markdown's italic shown bold still stresses it
+- ``# Heading`` → ``*Heading*``; a ``* item`` bullet → ``- item``; a ``---`` rule → nothing
 - ``[text](url)`` → ``text (url)``; ``![alt](url)`` → ``url``
 
-Code (fenced blocks and `` `spans` ``) is never touched: WhatsApp shows both as monospace.
-The text stored in the inbox stays the model's; only what goes to WhatsApp changes.
+Left alone: code (fenced blocks and `` `spans` ``, which WhatsApp shows monospace), bare URLs
+(``?__hstc=1`` is not bold), runs of three or more asterisks (a masked ``***.456.789-**``),
+and ``+`` at a line's start (``+ R$ 10 de entrega`` is not a list item). The patterns are
+linear: a line is matched without nested quantifiers that could backtrack.
 """
 
 from __future__ import annotations
@@ -20,15 +22,18 @@ from __future__ import annotations
 import re
 from typing import Final
 
-_FENCE: Final = re.compile(r"^\s*```")
+_FENCE: Final = re.compile(r"^\s*```(?!.*```)")  # a fence line, not a one-line ```monospace```
 _CODE_SPAN: Final = re.compile(r"(`[^`\n]+`)")
-_HEADING: Final = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
-_BULLET: Final = re.compile(r"^(\s*)[*+]\s+")
-_RULE: Final = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_IMAGE: Final = re.compile(r"!\[[^\]\n]*\]\((\S+?)\)")
-_LINK: Final = re.compile(r"\[([^\]\n]+)\]\((\S+?)\)")
-_BOLD: Final = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
-_STRIKE: Final = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
+_URL: Final = re.compile(r"(https?://[^\s<>()]+)")
+_HEADING: Final = re.compile(r"^ {0,3}#{1,6} +(\S.*)$")
+_BULLET: Final = re.compile(r"^( *)\* +(?=\S)")
+_RULE: Final = re.compile(r"^ {0,3}(?:-{3,}|\*{3,}|_{3,}) *$")
+_IMAGE: Final = re.compile(r"!\[[^\[\]\n]*\]\(([^\s()]+)\)")
+_LINK: Final = re.compile(r"\[([^\[\]\n]+)\]\(([^\s()]+)\)")
+_BOLD: Final = re.compile(
+    r"(?<!\*)\*\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*\*(?!\*)|(?<!\w)__(?=[^\s_])([^_\n]+?)(?<=[^\s_])__(?!\w)"
+)
+_STRIKE: Final = re.compile(r"(?<!~)~~(?=[^\s~])([^~\n]+?)(?<=[^\s~])~~(?!~)")
 
 
 def to_whatsapp(text: str) -> str:
@@ -51,19 +56,24 @@ def to_whatsapp(text: str) -> str:
 def _line(line: str) -> str:
     heading = _HEADING.match(line)
     if heading:
-        title = _inline(heading.group(1)).strip("*").strip()
+        title = _inline(heading.group(1).rstrip().rstrip("#").rstrip()).strip("*").strip()
         return f"*{title}*" if title else ""
-    line = _BULLET.sub(r"\1- ", line)
-    return _inline(line)
+    return _inline(_BULLET.sub(r"\1- ", line))
 
 
 def _inline(text: str) -> str:
-    """Inline markup outside code spans (split out so a `*` inside code is never read as markup)."""
+    """Inline markup outside code spans (a ``*`` or a link inside code is not markup)."""
     parts = _CODE_SPAN.split(text)
     for index in range(0, len(parts), 2):  # even indexes: outside code spans
-        part = _IMAGE.sub(r"\1", parts[index])
-        part = _LINK.sub(_link, part)
-        part = _BOLD.sub(lambda m: f"*{m.group(1) or m.group(2)}*", part)
+        parts[index] = _emphasis(_LINK.sub(_link, _IMAGE.sub(r"\1", parts[index])))
+    return "".join(parts)
+
+
+def _emphasis(text: str) -> str:
+    """Bold and strike outside URLs (``?__hstc=1&__hssc=2`` is a query, not bold)."""
+    parts = _URL.split(text)
+    for index in range(0, len(parts), 2):
+        part = _BOLD.sub(lambda m: f"*{m.group(1) or m.group(2)}*", parts[index])
         parts[index] = _STRIKE.sub(r"~\1~", part)
     return "".join(parts)
 

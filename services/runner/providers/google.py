@@ -140,6 +140,17 @@ def map_error(exc: BaseException, provider: str) -> ProviderError:
     return ProviderError(ProviderErrorKind.OTHER, provider=provider)
 
 
+# Gemini 2.5's accepted thinking budgets: Pro takes 128-32,768 and cannot stop thinking, Flash
+# 0-24,576 (Google's "Thinking" guide); the range both accept.
+MIN_THINKING_BUDGET = 128
+MAX_THINKING_BUDGET = 24_576
+
+
+def thinking_budget(reasoning_tokens: int) -> int:
+    """``reasoning_tokens`` within what every Gemini 2.5 accepts (a budget-lowered cap may ask for less)."""
+    return min(max(reasoning_tokens, MIN_THINKING_BUDGET), MAX_THINKING_BUDGET)
+
+
 class GoogleProvider(ModelProvider):
     name = "google"
 
@@ -178,7 +189,9 @@ class GoogleProvider(ModelProvider):
             max_output_tokens=request.max_output_tokens,
             # Gemini 2.5 thinks by default and its thinking counts against max_output_tokens.
             thinking_config=(
-                types.ThinkingConfig(thinking_budget=request.reasoning_tokens) if request.reasoning_tokens else None
+                types.ThinkingConfig(thinking_budget=thinking_budget(request.reasoning_tokens))
+                if request.reasoning_tokens
+                else None
             ),
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
             tools=(

@@ -1,6 +1,6 @@
-"""A recovery attempt withdraws what its lost parent left undone (services/runner/superseded.py):
-without it a runner killed after a write-tool call left two approval cards for one request
-(approving both sent twice), two follow-ups, and a queued message pending forever."""
+"""A recovery attempt withdraws the proposals its lost parent left waiting
+(services/runner/superseded.py): without it a runner killed after proposing a write left two
+approval cards for one request, and approving both sent twice. What the parent did stays."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.runner.superseded import RATIONALE, WITHDRAWN
+from services.runner.superseded import RATIONALE
 from switchboard.contracts import Insight, Serde, Topics
 from switchboard.db.insights import upsert_insight
 from switchboard.db.models import AgentDecision, AiAgentRun, Message, OutboxEvent, ScheduledFollowup
@@ -132,13 +132,31 @@ async def test_a_recovery_attempt_withdraws_what_its_lost_parent_left_undone(rh:
     assert row.status == "completed"
     assert _state(rh, agent, ids) == {
         "proposed": ("rejected", RATIONALE),
-        "executed": ("executed",),  # done is done
+        # Done is done: an executed action, and rows that may be an approved action's effects.
+        "executed": ("executed",),
         "home": ("dismissed",),
-        "followup": ("cancelled", WITHDRAWN),
-        "message": ("failed", WITHDRAWN),
+        "followup": ("scheduled", None),
+        "message": ("pending", None),
     }
     dismissed = [r for r in _insight_records(rh) if r.insight_key == f"decision:{ids['proposed']}"]
     assert [r.status.value for r in dismissed] == ["dismissed"], "the brief drops the card"
+
+
+async def test_a_proposal_the_owner_is_deciding_is_left_to_them(rh: RunnerHarness) -> None:
+    """The claim skips a decision row an approval holds (SKIP LOCKED): it neither waits on the
+    approval's transaction nor overrides it."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    message = inbound(rh.db, agent, "Meu pedido saiu?")
+    parent = run_request(agent, [message])
+    ids = _parent_with_leftovers(rh, agent, parent.run_id, "running")
+    rh.fake.script([Reply(text="Saiu sim!")])
+    with Session(rh.db) as deciding, tenant_transaction(deciding, agent.org_id):
+        deciding.execute(
+            select(AgentDecision.id).where(AgentDecision.id == ids["proposed"]).with_for_update()
+        ).one()  # the owner's approval holds the row
+        row = await rh.run(run_request(agent, [message], attempt=2, parent_run_id=parent.run_id))
+        assert row.status == "completed"
+    assert _state(rh, agent, ids)["proposed"] == ("proposed", None)
 
 
 async def test_a_parent_that_completed_keeps_everything(rh: RunnerHarness) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
 import random
 import uuid
 
@@ -154,3 +155,20 @@ async def test_a_route_is_read_once_per_ttl_and_again_after_it() -> None:
     await asyncio.sleep(0.25)
     assert await cache.get(org, session, load) == (None, "route-3")
     assert len(loads) == 3
+
+
+@pytest.mark.parametrize(("from_model", "sent"), [(True, "*Pedido* enviado"), (False, "**Pedido** enviado")])
+async def test_waha_renders_markdown_only_for_what_a_model_wrote(from_model: bool, sent: str) -> None:
+    """A reply or an agent's message is converted to WhatsApp's markup; what a person typed in the
+    inbox goes exactly as typed."""
+    bodies: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content)["text"])
+        return httpx.Response(201, json={"id": "true_1"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        channel = WahaChannel(client, timeout_s=1)
+        destination = Destination("http://waha", "s", "55@c.us", secret="k")
+        await channel.send(destination, "**Pedido** enviado", idempotency_key="m1", from_model=from_model)
+    assert bodies == [sent]

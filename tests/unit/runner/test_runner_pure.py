@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +17,7 @@ from services.runner.budget import (
     RunLimits,
     admit_step,
     estimate_tokens,
+    reasoning_share,
 )
 from services.runner.execution import RunExecutor
 from services.runner.handoff import DEFAULT_HANDOFF_KEYWORDS, match_handoff_keyword
@@ -34,6 +36,7 @@ from services.runner.providers.base import (
     kind_for_status,
 )
 from services.runner.providers.demo import LABEL, demo_reply
+from services.runner.providers.google import thinking_budget
 from services.runner.settings import RunnerSettings
 from services.runner.subject import VersionConfig
 from switchboard.contracts.enums import ErrorFamily, HandoffTrigger, RunStatus, Urgency, Vitality
@@ -318,3 +321,18 @@ def test_a_run_token_outlives_the_longest_run_its_version_allows(max_steps: int)
         settings.model_call_timeout_s * settings.provider_max_attempts + settings.tool_call_timeout_s
     )
     assert ttl >= longest and ttl >= settings.mcp_token_ttl_s
+
+
+def test_a_reasoning_model_gets_its_allowance_at_admission_and_half_the_cap_to_think() -> None:
+    """Decided per model at admission, so a sub-agent on a reasoning model under a Claude caller
+    (sharing the caller's limits) gets it too."""
+    limits = replace(LIMITS, max_output_tokens=1024, reasoning_allowance_tokens=2048)
+    plain = admit_step(limits, ModelPrice(), steps_done=0, used=TokenUsage(), cost_micros=0, next_input_tokens=10)
+    thinking = ModelPrice(reasoning=True)
+    reasoning = admit_step(limits, thinking, steps_done=0, used=TokenUsage(), cost_micros=0, next_input_tokens=10)
+    assert (plain.max_output_tokens, reasoning.max_output_tokens) == (1024, 3072)
+    assert (reasoning_share(ModelPrice(), 1024), reasoning_share(thinking, 3072)) == (0, 1536)
+
+
+def test_gemini_thinking_budgets_stay_within_what_every_2_5_model_accepts() -> None:
+    assert [thinking_budget(n) for n in (32, 128, 1536, 48_000)] == [128, 128, 1536, 24_576]
