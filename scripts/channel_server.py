@@ -148,6 +148,7 @@ class ChannelServer:
         self._strict = strict_sessions
         self.configs: dict[str, dict[str, Any]] = {}
         self.sessions_created: list[str] = []
+        self.logged_out: list[str] = []
         # Callbacks the webhook answered with something else than 2xx, or that failed: (event, status).
         self.callback_failures: list[tuple[str, int]] = []
         self._callbacks: set[asyncio.Task[None]] = set()
@@ -167,6 +168,8 @@ class ChannelServer:
         app.router.add_post("/api/sessions", self._create_session)
         app.router.add_get("/api/sessions/{session}", self._session_status)
         app.router.add_post("/api/sessions/{session}/start", self._start_session)
+        app.router.add_post("/api/sessions/{session}/logout", self._logout_session)
+        app.router.add_post("/api/sessions/{session}/stop", self._stop_session)
         app.router.add_get("/api/{session}/auth/qr", self._qr)
         app.router.add_post(ORG_HOOK_PATH, self._org_event)
         app.router.add_get("/api/org-events", self._list_org_events)
@@ -306,6 +309,23 @@ class ChannelServer:
         if not self._authorized(request):
             return web.json_response({"error": "invalid api key"}, status=401)
         return web.json_response({"name": request.match_info["session"], "status": "STARTING"}, status=201)
+
+    async def _logout_session(self, request: web.Request) -> web.Response:
+        """WAHA's logout: the phone is unlinked (the session's config stays)."""
+        if not self._authorized(request):
+            return web.json_response({"error": "invalid api key"}, status=401)
+        name = request.match_info["session"]
+        if self._strict and name not in self.configs:
+            return web.json_response({"error": f"session {name!r} not found"}, status=404)
+        self.logged_out.append(name)
+        return web.json_response({"name": name}, status=201)
+
+    async def _stop_session(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.json_response({"error": "invalid api key"}, status=401)
+        name = request.match_info["session"]
+        self.webhooks.pop(name, None)  # a stopped session sends no events (and reads STOPPED)
+        return web.json_response({"name": name, "status": "STOPPED"}, status=201)
 
     async def _qr(self, request: web.Request) -> web.Response:
         """WAHA's QR code as JSON (``Accept: application/json``): a 1x1 PNG stands in for it here."""

@@ -7,11 +7,13 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Query, Request, status
+from sqlalchemy import update
 
 from services.api.channels import repository, service, waha_admin
 from services.api.channels.schemas import (
     WEBHOOK_PATH,
     ChannelConnected,
+    ChannelDisconnected,
     ChannelQrCode,
     ChannelSessionCreated,
     ChannelSessionView,
@@ -34,6 +36,7 @@ from services.api.core.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor
 from services.api.core.responses import Envelope, Page
 from switchboard.crypto import KeyRing
 from switchboard.db.audit import record_audit
+from switchboard.db.enums import ChannelSessionStatus
 from switchboard.db.lookups import lookup_session_name_on_server
 from switchboard.db.models.channels import ChannelSession
 from switchboard.db.session import async_tenant_transaction
@@ -257,6 +260,38 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
 
 
+async def _record_waha_call(
+    request: Request,
+    ctx: AdminWrite,
+    session_id: uuid.UUID,
+    action: str,
+    details: dict[str, str],
+    *,
+    status: ChannelSessionStatus | None = None,
+) -> None:
+    """After WAHA answered (the request's own transaction ended before the call): the audit entry,
+    and the session's new status when the call set one."""
+    async with request.app.state.database.sessions() as session, async_tenant_transaction(session, ctx.org_id):
+        if status is not None:
+            await session.execute(
+                update(ChannelSession)
+                .where(ChannelSession.org_id == ctx.org_id, ChannelSession.id == session_id)
+                .values(status=status.value)
+            )
+        await session.run_sync(
+            lambda s: record_audit(
+                s,
+                org_id=ctx.org_id,
+                action=action,
+                actor_user_id=ctx.principal.user_id,
+                target_type="channel_session",
+                target_id=session_id,
+                details=details,
+                request_id=ctx.request_id,
+            )
+        )
+
+
 def _egress(request: Request) -> EgressPolicy:
     settings = request.app.state.settings
     return settings.egress.policy(trusted_urls=(settings.waha_base_url,))
@@ -285,21 +320,32 @@ async def connect_channel_session(
         waha_status = await waha_admin.connect(target, waha_admin.webhook_config(webhook_url, secret), _egress(request))
     except waha_admin.WahaError as exc:
         raise _waha_error(exc) from None
-    database = request.app.state.database
-    async with database.sessions() as session, async_tenant_transaction(session, ctx.org_id):
-        await session.run_sync(
-            lambda s: record_audit(
-                s,
-                org_id=ctx.org_id,
-                action="channel_session.connected",
-                actor_user_id=ctx.principal.user_id,
-                target_type="channel_session",
-                target_id=view.id,
-                details={"webhook_url": webhook_url, "waha_status": waha_status},
-                request_id=ctx.request_id,
-            )
-        )
+    details = {"webhook_url": webhook_url, "waha_status": waha_status}
+    await _record_waha_call(request, ctx, view.id, "channel_session.connected", details)
     return Envelope(data=ChannelConnected(session=view, waha_status=waha_status, webhook_url=webhook_url))
+
+
+@router.post(
+    "/channel-sessions/{session_id}:disconnect",
+    response_model=Envelope[ChannelDisconnected],
+    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, ValidationFailed, ChannelUnavailable),
+)
+async def disconnect_channel_session(
+    session_id: uuid.UUID, ctx: AdminWrite, request: Request
+) -> Envelope[ChannelDisconnected]:
+    """Unlink the business's phone and stop the WAHA session (a lost phone, a number given up, a
+    business leaving): until now only an operator in WAHA's dashboard could. The session becomes
+    ``stopped``; ``:connect`` and a QR scan link it again. Audited."""
+    view, target, _ = await _waha_session(session_id, ctx, request)
+    try:
+        waha_status = await waha_admin.disconnect(target, _egress(request))
+    except waha_admin.WahaError as exc:
+        raise _waha_error(exc) from None
+    stopped_status = ChannelSessionStatus.STOPPED
+    details = {"waha_status": waha_status}
+    await _record_waha_call(request, ctx, view.id, "channel_session.disconnected", details, status=stopped_status)
+    stopped = view.model_copy(update={"status": stopped_status})
+    return Envelope(data=ChannelDisconnected(session=stopped, waha_status=waha_status))
 
 
 @router.get(

@@ -130,6 +130,14 @@ class ChannelConnected(BaseModel):
     webhook_url: str
 
 
+class ChannelDisconnected(BaseModel):
+    """``:disconnect``: the phone is logged out and the WAHA session stopped (``waha_status``, WAHA's);
+    the session's ``status`` is ``stopped`` until ``:connect`` and a new QR scan link it again."""
+
+    session: ChannelSessionView
+    waha_status: str
+
+
 class ChannelQrCode(BaseModel):
     """The QR code to scan in WhatsApp (Linked devices): an image, base64."""
 

@@ -8,7 +8,10 @@ API does both through WAHA's HTTP API (``X-Api-Key``):
   does not have yet is created with ``POST /api/sessions``) and starts it when it is stopped;
   it answers WAHA's status (``STARTING``, ``SCAN_QR_CODE``, ``WORKING``...);
 - :func:`qr_code` reads the QR code to scan (``GET /api/{name}/auth/qr`` as JSON:
-  ``{mimetype, data}``, the image in base64).
+  ``{mimetype, data}``, the image in base64);
+- :func:`disconnect` unlinks the phone and stops the session (``POST /api/sessions/{name}/logout``,
+  then ``/stop``): the number stops answering through Switchboard, its config stays in WAHA, and
+  ``connect`` plus a new QR scan link it again.
 
 A session's ``base_url`` is the tenant's to set, so every call goes through the egress guard
 (``switchboard.egress``), as the notifier's sends do. WAHA's answers never reach logs or errors
@@ -80,6 +83,19 @@ async def connect(session: WahaSession, webhook: dict[str, Any], egress: EgressP
             _expect(await _call(client, "POST", f"/api/sessions/{name}/start"), "start the session")
             status = _status(await _call(client, "GET", f"/api/sessions/{name}"))
         return status
+
+
+async def disconnect(session: WahaSession, egress: EgressPolicy) -> str:
+    """Log the linked phone out and stop the session; WAHA's status afterwards. A session WAHA
+    does not have (404) is as disconnected as it gets: ``STOPPED``."""
+    name = quote(session.name, safe="")
+    async with _client(session, egress) as client:
+        logout = await _call(client, "POST", f"/api/sessions/{name}/logout")
+        if logout.status_code == 404:
+            return "STOPPED"
+        _expect(logout, "log the phone out")
+        _expect(await _call(client, "POST", f"/api/sessions/{name}/stop"), "stop the session")
+        return _status(await _call(client, "GET", f"/api/sessions/{name}"))
 
 
 def _merged_config(current: httpx.Response, webhook: dict[str, Any]) -> dict[str, Any]:

@@ -138,3 +138,38 @@ async def test_a_base_url_naming_the_platforms_waha_cannot_reach_another_orgs_se
         f"/api/v1/channel-sessions/{created.json()['data']['id']}:connect", headers=intruder.headers()
     )
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "channel_base_url_refused", refused.text
+
+
+async def test_disconnect_unlinks_the_phone_stops_the_session_and_connect_links_it_again(
+    public_client: httpx.AsyncClient, org: OrgHandle, waha: ChannelServer
+) -> None:
+    session = await _session(public_client, org, waha, WAHA_KEY)
+    path = f"/api/v1/channel-sessions/{session['id']}"
+    assert (await public_client.post(f"{path}:connect", headers=org.headers())).status_code == 200
+    denied = await public_client.post(f"{path}:disconnect", headers=org.headers(Role.MANAGER))
+    assert denied.status_code == 403
+
+    disconnected = await public_client.post(f"{path}:disconnect", headers=org.headers())
+    assert disconnected.status_code == 200, disconnected.text
+    data = disconnected.json()["data"]
+    assert (data["waha_status"], data["session"]["status"]) == ("STOPPED", "stopped")
+    assert waha.logged_out == [session["external_session"]] and session["external_session"] not in waha.webhooks
+    shown = await public_client.get(path, headers=org.headers())
+    assert shown.json()["data"]["status"] == "stopped"
+    audit = await public_client.get(
+        "/api/v1/audit", params={"action": "channel_session.disconnected"}, headers=org.headers()
+    )
+    assert audit.status_code == 200, audit.text
+    assert [e["target_id"] for e in audit.json()["data"]] == [session["id"]]
+
+    again = await public_client.post(f"{path}:connect", headers=org.headers())
+    assert again.status_code == 200 and again.json()["data"]["waha_status"] == "WORKING"
+
+
+async def test_disconnecting_a_session_waha_does_not_have_is_already_done(
+    public_client: httpx.AsyncClient, org: OrgHandle, waha: ChannelServer
+) -> None:
+    session = await _session(public_client, org, waha, WAHA_KEY)  # never connected: WAHA has no such session
+    gone = await public_client.post(f"/api/v1/channel-sessions/{session['id']}:disconnect", headers=org.headers())
+    assert gone.status_code == 200, gone.text
+    assert gone.json()["data"]["waha_status"] == "STOPPED" and waha.logged_out == []
