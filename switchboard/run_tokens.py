@@ -73,6 +73,9 @@ class RunTokenClaims:
     dry_run: bool
     expires_at: int  # unix seconds
     issued_at: int = field(default_factory=lambda: int(time.time()))
+    # Set by the API when the owner approved an action of this run (services/api/autonomy): it acts
+    # after the run ended. Never in a token, so a run cannot claim it.
+    approved: bool = False
 
     def allows(self, tool_name: str) -> bool:
         return tool_name in self.tools

@@ -31,6 +31,7 @@ def claims_for(org_id: uuid.UUID, run_id: uuid.UUID, action: dict[str, Any]) -> 
         tools=frozenset({str(action["tool_name"])}),
         dry_run=False,
         expires_at=int(time.time()) + 60,
+        approved=True,
     )
 
 

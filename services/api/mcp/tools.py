@@ -19,8 +19,14 @@ from sqlalchemy import or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from switchboard.db.enums import FollowupStatus, MessageDeliveryStatus, MessageDirection, MessageSender
-from switchboard.db.models import Contact, Conversation, Message, ScheduledFollowup
+from switchboard.db.enums import (
+    ACTIVE_RUN_STATUSES,
+    FollowupStatus,
+    MessageDeliveryStatus,
+    MessageDirection,
+    MessageSender,
+)
+from switchboard.db.models import AiAgentRun, Contact, Conversation, Message, ScheduledFollowup
 from switchboard.db.session import async_tenant_transaction
 from switchboard.run_tokens import RunTokenClaims
 
@@ -63,6 +69,24 @@ class CrmTools:
         if conversation is None:
             raise ToolFailure("the conversation of this run does not exist")
         return conversation
+
+    async def _writable_conversation(self, session: AsyncSession, claims: RunTokenClaims) -> Conversation:
+        """The conversation a write acts on, once its run is known to be still going.
+
+        A run closed meanwhile — superseded by a newer attempt, lost, stopped — writes nothing: its
+        runner may not know yet (a call already on its way, a process that lost its lease), and a
+        message or follow-up written now would double the attempt that took over. The run row is
+        read ``FOR SHARE``: a claim closing it waits for this write, or this write sees it closed.
+        An owner's approval acts after its run ended, by design (``claims.approved``)."""
+        if not claims.approved:
+            status = await session.scalar(
+                select(AiAgentRun.status)
+                .where(AiAgentRun.org_id == claims.org_id, AiAgentRun.id == claims.run_id)
+                .with_for_update(read=True)
+            )
+            if status not in ACTIVE_RUN_STATUSES:
+                raise ToolFailure("this run has ended (a newer attempt took over, or it was stopped): nothing was done")
+        return await self._conversation(session, claims)
 
     async def search_contacts(self, claims: RunTokenClaims, *, query: str, limit: int) -> dict[str, Any]:
         text = query.strip()
@@ -131,7 +155,7 @@ class CrmTools:
         if claims.dry_run:
             return {"status": "not_sent", "reason": "dry run: nothing is sent to the customer"}
         async with self.sessions() as session, async_tenant_transaction(session, claims.org_id):
-            conversation = await self._conversation(session, claims)
+            conversation = await self._writable_conversation(session, claims)
             dedupe_key = f"agent-tool:{claims.run_id}:{_digest(body)}"
             message_id = uuid.uuid4()
             inserted = await session.scalar(
@@ -164,7 +188,7 @@ class CrmTools:
         if claims.dry_run:
             return {"status": "not_scheduled", "reason": "dry run", "due_at": _iso(due_at)}
         async with self.sessions() as session, async_tenant_transaction(session, claims.org_id):
-            conversation = await self._conversation(session, claims)
+            conversation = await self._writable_conversation(session, claims)
             key = f"run:{claims.run_id}:{_digest(reason.strip(), str(due_in_minutes))}"
             followup_id = uuid.uuid4()
             inserted = await session.scalar(
@@ -210,7 +234,7 @@ class CrmTools:
         if claims.dry_run:
             return {"status": "not_cancelled", "reason": "dry run"}
         async with self.sessions() as session, async_tenant_transaction(session, claims.org_id):
-            conversation = await self._conversation(session, claims)
+            conversation = await self._writable_conversation(session, claims)
             cancelled = await session.scalar(
                 update(ScheduledFollowup)
                 .where(

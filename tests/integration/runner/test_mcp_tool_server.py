@@ -13,13 +13,17 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from sqlalchemy import update
+from sqlalchemy.orm import Session
 
 from services.api.mcp.server import McpToolServer
 from services.cli import build_parser
 from services.runner.providers.base import ToolCallRequest
 from services.runner.tools import McpToolBox, ToolCatalog, ToolServerUnavailable
 from services.runner.tools.mcp import TRANSPORT_ATTEMPTS
-from switchboard.run_tokens import RunTokenSettings
+from switchboard.db.models import AiAgentRun
+from switchboard.db.session import tenant_transaction
+from switchboard.run_tokens import RunTokenSettings, verify_run_token
 from switchboard.settings import DatabaseSettings
 from switchboard.tool_catalog import (
     CANCEL_FOLLOWUP,
@@ -27,6 +31,7 @@ from switchboard.tool_catalog import (
     LIST_FOLLOWUPS,
     SCHEDULE_FOLLOWUP,
     SEARCH_CONTACTS,
+    SEND_WHATSAPP_MESSAGE,
     TOOL_KINDS,
 )
 from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, inbound, run_token
@@ -233,3 +238,27 @@ async def test_a_write_whose_call_failed_in_transport_is_never_sent_twice(rh: Ru
         finally:
             await box.aclose()
     assert gateway.seen == 1, "the write may have acted: it is not asked again"
+
+
+async def test_a_run_closed_meanwhile_writes_nothing(rh: RunnerHarness) -> None:
+    """A superseded or lost run whose runner does not know yet (a call on its way, a process that
+    lost its lease) must not send or schedule: the attempt that took over does it once."""
+    agent = create_agent(rh.db)
+    token = run_token(agent, {SEND_WHATSAPP_MESSAGE, SCHEDULE_FOLLOWUP, CONVERSATION_HISTORY}, rh=rh)
+    run_id = verify_run_token(RunTokenSettings().secret(), token).run_id
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        session.execute(update(AiAgentRun).where(AiAgentRun.id == run_id).values(status="failed"))
+    async with mcp(rh, token) as client:
+        sent = await client.call_tool(SEND_WHATSAPP_MESSAGE, {"text": "Seu pedido saiu"})
+        scheduled = await client.call_tool(SCHEDULE_FOLLOWUP, {"reason": "retorno", "due_in_minutes": 60})
+        read = await client.call_tool(CONVERSATION_HISTORY, {})
+    for refused in (sent, scheduled):
+        assert refused.is_error and "has ended" in refused.content[0].text  # type: ignore[union-attr]
+    assert not read.is_error, "reading stays allowed"
+    written = rh.scalar(
+        agent.org_id,
+        "SELECT (SELECT count(*) FROM messages WHERE run_id = :r) + (SELECT count(*) FROM scheduled_followups"
+        " WHERE created_by_run_id = :r)",
+        r=run_id,
+    )
+    assert written == 0
