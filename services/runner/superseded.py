@@ -21,7 +21,6 @@ completed or paused for approval keeps its proposals.
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass
 from typing import Final
 
 from sqlalchemy import func, select, update
@@ -42,22 +41,12 @@ log = get_logger(__name__)
 RATIONALE: Final = "withdrawn: the run was lost before it finished; its recovery attempt took over"
 
 
-@dataclass(frozen=True, slots=True)
-class Withdrawn:
-    """What the claim withdrew (logged)."""
-
-    decisions: int = 0
-
-    @property
-    def any(self) -> bool:
-        return bool(self.decisions)
-
-
-async def withdraw_lost_attempt(session: AsyncSession, serde: Serde, request: RunRequested) -> Withdrawn:
-    """Withdraw the proposals the lost parent of ``request`` left waiting (none for a first attempt)."""
+async def withdraw_lost_attempt(session: AsyncSession, serde: Serde, request: RunRequested) -> int:
+    """Withdraw the proposals the lost parent of ``request`` left waiting (none for a first
+    attempt); how many."""
     parent_id = request.parent_run_id
     if parent_id is None:
-        return Withdrawn()
+        return 0
     org_id = request.org_id
     lost = await session.scalar(
         select(AiAgentRun.id).where(
@@ -67,7 +56,7 @@ async def withdraw_lost_attempt(session: AsyncSession, serde: Serde, request: Ru
         )
     )
     if lost is None:
-        return Withdrawn()
+        return 0
     decisions = (
         await session.scalars(
             update(AgentDecision)
@@ -89,13 +78,11 @@ async def withdraw_lost_attempt(session: AsyncSession, serde: Serde, request: Ru
     ).all()
     if decisions:
         await session.run_sync(lambda s: _dismiss_home_items(s, serde, request, list(decisions)))
-    withdrawn = Withdrawn(decisions=len(decisions))
-    if withdrawn.any:
         log.info(
             "the lost attempt's proposals were withdrawn",
-            extra={"run_id": str(request.run_id), "parent_run_id": str(parent_id), **asdict(withdrawn)},
+            extra={"run_id": str(request.run_id), "parent_run_id": str(parent_id), "decisions": len(decisions)},
         )
-    return withdrawn
+    return len(decisions)
 
 
 def _dismiss_home_items(session: Session, serde: Serde, request: RunRequested, decision_ids: list[uuid.UUID]) -> None:
