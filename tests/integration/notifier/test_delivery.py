@@ -150,6 +150,10 @@ async def test_a_claim_left_mid_send_is_unknown_at_once_when_redelivered_after_a
     await eventually(lambda: _statuses(world, completed.run_id), lambda s: s == ["unknown"])
     assert [m.delivery_status for m in world.outbound(completed.run_id)] == ["unknown"]
     assert channel.received == []
+    # Counted after the commit returns to the notifier, which may be a moment after this test's own
+    # connection already sees the row: poll, then make sure a second count does not follow.
+    await eventually(lambda: unknown._value.get() - unknown_before, lambda n: n == 1)
+    await asyncio.sleep(0.5)
     assert unknown._value.get() - unknown_before == 1, "counted once, when the claim committed"
 
 
