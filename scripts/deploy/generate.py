@@ -732,6 +732,13 @@ def migrate_job() -> dict[str, Any]:
                     "every Deployment's wait-for-migrations init container holds its pods until this "
                     "Job has moved the database to the image's migration head"
                 ),
+                # A Job's pod template is immutable, so a release must replace it, not patch it.
+                # Argo CD: a Sync hook, deleted before the next sync creates it again (not PreSync:
+                # the dev overlay's PostgreSQL and Kafka come in the same sync). Flux: recreated when
+                # its template changed. Both are ignored by plain `kubectl apply` (docs/deploy.md).
+                "argocd.argoproj.io/hook": "Sync",
+                "argocd.argoproj.io/hook-delete-policy": "BeforeHookCreation",
+                "kustomize.toolkit.fluxcd.io/force": "enabled",
             },
         },
         "spec": {

@@ -100,6 +100,18 @@ def test_the_owner_role_reaches_the_migration_job_only(rendered: dict[str, list[
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_gitops_tools_replace_the_migration_job_on_every_release(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str
+) -> None:
+    """A Job's pod template cannot be patched: under Argo CD or Flux the next release's image
+    would be refused (or the old Job kept) unless the tool deletes and creates it again."""
+    annotations = objects_of(rendered[overlay], "Job")["switchboard-migrate"]["metadata"]["annotations"]
+    assert annotations["argocd.argoproj.io/hook"] == "Sync"
+    assert annotations["argocd.argoproj.io/hook-delete-policy"] == "BeforeHookCreation"
+    assert annotations["kustomize.toolkit.fluxcd.io/force"] == "enabled"
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
 def test_no_secret_value_is_rendered(rendered: dict[str, list[dict[str, Any]]], overlay: str) -> None:
     objects = rendered[overlay]
     assert not objects_of(objects, "Secret")
