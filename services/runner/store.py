@@ -296,7 +296,8 @@ class RunStore:
                 if await self._insert_running(session, request, loaded, start):
                     answered_by = await self._answered_by(session, request)
                     if answered_by is None:  # a recovery attempt that will run the turn again
-                        await withdraw_lost_attempt(session, self._serde, request)
+                        withdrawn = await withdraw_lost_attempt(session, self._serde, request)
+                        subject = subject.without_messages(withdrawn.message_ids)
                     resolved = await self._start(session, subject, start)
                     return Claim(
                         ClaimState.CREATED,

@@ -171,7 +171,12 @@ class CrmTools:
                     body=body,
                     delivery_status=MessageDeliveryStatus.PENDING.value,
                     run_id=claims.run_id,
-                    attributes={"intent": "crm_send_whatsapp_message", "agent_id": str(claims.agent_id)},
+                    attributes={
+                        "intent": "crm_send_whatsapp_message",
+                        "agent_id": str(claims.agent_id),
+                        # The owner approved it: a recovery attempt never withdraws it (runner/superseded.py).
+                        **({"approved": True} if claims.approved else {}),
+                    },
                 )
                 .on_conflict_do_nothing()
                 .returning(Message.id)
@@ -203,6 +208,7 @@ class CrmTools:
                     due_at=due_at,
                     reason=reason.strip()[:1000],
                     idempotency_key=key,
+                    approved=claims.approved,
                 )
                 .on_conflict_do_nothing()
                 .returning(ScheduledFollowup.id)

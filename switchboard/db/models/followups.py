@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CheckConstraint, ForeignKey, Index, UniqueConstraint, text
+from sqlalchemy import Boolean, CheckConstraint, ForeignKey, Index, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from switchboard.db.base import Base, OrgScoped, Timestamps, UUIDPrimaryKey, check_in
@@ -44,6 +44,9 @@ class ScheduledFollowup(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         ForeignKey("ai_agent_runs.id", ondelete="SET NULL"), index=True
     )
     created_by_user_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    # Scheduled by an action the owner approved (it carries the proposing run's id all the same):
+    # a recovery attempt withdraws the follow-ups its lost parent scheduled, never these.
+    approved: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     due_at: Mapped[datetime]
     reason: Mapped[str]
     # Extra wake context handed to the woken run.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -17,12 +18,13 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from services.api.mcp.server import McpToolServer
+from services.api.mcp.tools import CrmTools
 from services.cli import build_parser
 from services.runner.providers.base import ToolCallRequest
 from services.runner.tools import McpToolBox, ToolCatalog, ToolServerUnavailable
 from services.runner.tools.mcp import TRANSPORT_ATTEMPTS
 from switchboard.db.models import AiAgentRun
-from switchboard.db.session import tenant_transaction
+from switchboard.db.session import create_async_engine, create_async_sessionmaker, tenant_transaction
 from switchboard.run_tokens import RunTokenSettings, verify_run_token
 from switchboard.settings import DatabaseSettings
 from switchboard.tool_catalog import (
@@ -262,3 +264,36 @@ async def test_a_run_closed_meanwhile_writes_nothing(rh: RunnerHarness) -> None:
         r=run_id,
     )
     assert written == 0
+
+
+async def test_what_an_approval_writes_says_so_and_a_runs_own_writes_do_not(rh: RunnerHarness) -> None:
+    """Both carry the proposing run's id; a recovery attempt withdraws a lost run's own queued
+    messages and follow-ups (services/runner/superseded.py), never an owner's approved ones."""
+    agent = create_agent(rh.db)
+    token = run_token(agent, {SEND_WHATSAPP_MESSAGE, SCHEDULE_FOLLOWUP}, rh=rh)
+    claims = verify_run_token(RunTokenSettings().secret(), token)
+    async with mcp(rh, token) as client:  # the run's own calls
+        await client.call_tool(SEND_WHATSAPP_MESSAGE, {"text": "Seu pedido saiu"})
+        await client.call_tool(SCHEDULE_FOLLOWUP, {"reason": "retorno", "due_in_minutes": 60})
+    engine = create_async_engine(rh.db.url.render_as_string(hide_password=False), pool_size=1)
+    try:  # the owner's approval, after the run ended (services/api/autonomy/executor.py)
+        with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+            session.execute(update(AiAgentRun).where(AiAgentRun.id == claims.run_id).values(status="completed"))
+        approved = replace(claims, approved=True)
+        tools = CrmTools(sessions=create_async_sessionmaker(engine))
+        await tools.send_whatsapp_message(approved, text="Cupom de 10%")
+        await tools.schedule_followup(approved, reason="confirmar cupom", due_in_minutes=30)
+    finally:
+        await engine.dispose()
+    messages = rh.scalar(
+        agent.org_id,
+        "SELECT json_object_agg(body, attributes ? 'approved') FROM messages WHERE run_id = :r",
+        r=claims.run_id,
+    )
+    followups = rh.scalar(
+        agent.org_id,
+        "SELECT json_object_agg(reason, approved) FROM scheduled_followups WHERE created_by_run_id = :r",
+        r=claims.run_id,
+    )
+    assert messages == {"Seu pedido saiu": False, "Cupom de 10%": True}
+    assert followups == {"retorno": False, "confirmar cupom": True}

@@ -1,9 +1,11 @@
-"""A recovery attempt withdraws the proposals its lost parent left waiting
-(services/runner/superseded.py): without it a runner killed after proposing a write left two
-approval cards for one request, and approving both sent twice. What the parent did stays."""
+"""A recovery attempt withdraws what its lost parent left unfinished (services/runner/superseded.py):
+without it a runner killed after proposing a write left two approval cards for one request
+(approving both sent twice), its queued messages stayed pending forever and its follow-ups were
+scheduled again by the attempt. What the parent did, and what an owner approved, stays."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +13,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.runner.superseded import RATIONALE
+from services.runner.superseded import RATIONALE, WITHDRAWN
 from switchboard.contracts import Insight, Serde, Topics
 from switchboard.db.insights import upsert_insight
 from switchboard.db.models import AgentDecision, AiAgentRun, Message, OutboxEvent, ScheduledFollowup
@@ -25,8 +27,12 @@ pytestmark = pytest.mark.integration
 
 def _parent_with_leftovers(rh: RunnerHarness, agent: Agent, run_id: uuid.UUID, status: str) -> dict[str, uuid.UUID]:
     """A parent run row in ``status`` with a proposal (and its Home item), an executed action, a
-    scheduled follow-up and a queued message — what a run leaves after a write-tool call."""
-    ids = {name: uuid.uuid4() for name in ("proposed", "executed", "followup", "message")}
+    scheduled follow-up and a queued message — what a run leaves after write-tool calls — and a
+    follow-up and a message an owner's approval made meanwhile."""
+    ids = {
+        name: uuid.uuid4()
+        for name in ("proposed", "executed", "followup", "message", "approved_followup", "approved_message")
+    }
     now = datetime.now(UTC)
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
         session.add(
@@ -66,32 +72,39 @@ def _parent_with_leftovers(rh: RunnerHarness, agent: Agent, run_id: uuid.UUID, s
             run_id=run_id,
             agent_decision_id=ids["proposed"],
         )
-        session.add(
-            ScheduledFollowup(
-                id=ids["followup"],
-                org_id=agent.org_id,
-                conversation_id=agent.conversation_id,
-                contact_id=agent.contact_id,
-                agent_id=agent.agent_id,
-                created_by_run_id=run_id,
-                due_at=now + timedelta(hours=1),
-                reason="check back",
+        for key, approved in (("followup", False), ("approved_followup", True)):
+            session.add(
+                ScheduledFollowup(
+                    id=ids[key],
+                    org_id=agent.org_id,
+                    conversation_id=agent.conversation_id,
+                    contact_id=agent.contact_id,
+                    agent_id=agent.agent_id,
+                    created_by_run_id=run_id,
+                    due_at=now + timedelta(hours=1),
+                    reason="check back",
+                    approved=approved,
+                )
             )
-        )
-        session.add(
-            Message(
-                id=ids["message"],
-                org_id=agent.org_id,
-                conversation_id=agent.conversation_id,
-                channel_session_id=agent.channel_session_id,
-                direction="outbound",
-                sender="agent",
-                dedupe_key=f"agent-tool:{run_id}:x",
-                body="Seu pedido saiu.",
-                delivery_status="pending",
-                run_id=run_id,
+        for key, body, attributes in (
+            ("message", "Seu pedido saiu.", {"intent": "crm_send_whatsapp_message"}),
+            ("approved_message", "Cupom de 10% enviado.", {"intent": "crm_send_whatsapp_message", "approved": True}),
+        ):
+            session.add(
+                Message(
+                    id=ids[key],
+                    org_id=agent.org_id,
+                    conversation_id=agent.conversation_id,
+                    channel_session_id=agent.channel_session_id,
+                    direction="outbound",
+                    sender="agent",
+                    dedupe_key=f"agent-tool:{run_id}:{key}",
+                    body=body,
+                    delivery_status="pending",
+                    run_id=run_id,
+                    attributes=attributes,
+                )
             )
-        )
     return ids
 
 
@@ -100,16 +113,21 @@ def _state(rh: RunnerHarness, agent: Agent, ids: dict[str, uuid.UUID]) -> dict[s
         proposed = session.get(AgentDecision, ids["proposed"])
         executed = session.get(AgentDecision, ids["executed"])
         item = session.scalar(select(WorkspaceInsight).where(WorkspaceInsight.agent_decision_id == ids["proposed"]))
-        followup = session.get(ScheduledFollowup, ids["followup"])
-        message = session.get(Message, ids["message"])
-        assert proposed and executed and item and followup and message
-        return {
+        assert proposed and executed and item
+        state: dict[str, tuple[object, ...]] = {
             "proposed": (proposed.status, proposed.rationale),
             "executed": (executed.status,),
             "home": (item.status,),
-            "followup": (followup.status, followup.error),
-            "message": (message.delivery_status, message.delivery_error),
         }
+        for key in ("followup", "approved_followup"):
+            followup = session.get(ScheduledFollowup, ids[key])
+            assert followup is not None
+            state[key] = (followup.status, followup.error)
+        for key in ("message", "approved_message"):
+            message = session.get(Message, ids[key])
+            assert message is not None
+            state[key] = (message.delivery_status, message.delivery_error)
+        return state
 
 
 def _insight_records(rh: RunnerHarness) -> list[Insight]:
@@ -121,6 +139,7 @@ def _insight_records(rh: RunnerHarness) -> list[Insight]:
 
 async def test_a_recovery_attempt_withdraws_what_its_lost_parent_left_undone(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    inbound(rh.db, agent, "Oi, bom dia")  # earlier: the history starts with the customer
     message = inbound(rh.db, agent, "Meu pedido saiu?")
     parent = run_request(agent, [message])
     ids = _parent_with_leftovers(rh, agent, parent.run_id, "running")  # its runner was killed
@@ -132,12 +151,19 @@ async def test_a_recovery_attempt_withdraws_what_its_lost_parent_left_undone(rh:
     assert row.status == "completed"
     assert _state(rh, agent, ids) == {
         "proposed": ("rejected", RATIONALE),
-        # Done is done: an executed action, and rows that may be an approved action's effects.
-        "executed": ("executed",),
+        "executed": ("executed",),  # done is done
         "home": ("dismissed",),
-        "followup": ("scheduled", None),
-        "message": ("pending", None),
+        "followup": ("cancelled", WITHDRAWN),
+        "message": ("failed", WITHDRAWN),
+        # An owner approved these after the parent was lost: the approval's delivery sends them.
+        "approved_followup": ("scheduled", None),
+        "approved_message": ("pending", None),
     }
+    [call] = rh.fake.received
+    prompt = json.dumps(call.body, ensure_ascii=False)
+    assert "Meu pedido saiu?" in prompt
+    assert "Seu pedido saiu." not in prompt, "a withdrawn message is not in the attempt's history: never said"
+    assert "Cupom de 10% enviado." in prompt
     dismissed = [r for r in _insight_records(rh) if r.insight_key == f"decision:{ids['proposed']}"]
     assert [r.status.value for r in dismissed] == ["dismissed"], "the brief drops the card"
 
@@ -174,4 +200,6 @@ async def test_a_parent_that_completed_keeps_everything(rh: RunnerHarness) -> No
         "home": ("new",),
         "followup": ("scheduled", None),
         "message": ("pending", None),
+        "approved_followup": ("scheduled", None),
+        "approved_message": ("pending", None),
     }
