@@ -63,6 +63,7 @@ def _view(row: ChannelSession) -> ChannelSessionView:
         has_webhook_secret=row.webhook_secret_ciphertext is not None,
         has_api_key=row.api_key_ciphertext is not None,
         webhook_secret_rotated_at=row.webhook_secret_rotated_at,
+        archived_at=row.archived_at,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
@@ -115,9 +116,13 @@ async def list_channel_sessions(
     ctx: Manager,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+    archived: Annotated[bool, Query(description="true: the archived sessions instead of the live ones")] = False,
 ) -> Page[ChannelSessionView]:
+    """The org's sessions, oldest first: the live ones, or (``archived=true``) the archived ones."""
     after = decode_cursor(cursor)
-    rows = await ctx.session.run_sync(lambda s: repository.page(s, ctx.org_id, limit=limit + 1, after=after))
+    rows = await ctx.session.run_sync(
+        lambda s: repository.page(s, ctx.org_id, limit=limit + 1, after=after, archived=archived)
+    )
     page = rows[:limit]
     next_cursor = encode_cursor(page[-1].created_at, page[-1].id) if len(rows) > limit else None
     return Page(data=[_view(r) for r in page], next_cursor=next_cursor)
@@ -166,7 +171,7 @@ async def update_channel_session(
 @router.post(
     "/channel-sessions/{session_id}:rotate-secret",
     response_model=Envelope[ChannelSessionCreated],
-    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, ValidationFailed),
+    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, Conflict, ValidationFailed),
 )
 async def rotate_webhook_secret(
     session_id: uuid.UUID, ctx: AdminWrite, request: Request
@@ -184,6 +189,28 @@ async def rotate_webhook_secret(
         )
     )
     return Envelope(data=_created(issued))
+
+
+@router.post(
+    "/channel-sessions/{session_id}:archive",
+    response_model=Envelope[ChannelSessionView],
+    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, Conflict, ValidationFailed),
+)
+async def archive_channel_session(session_id: uuid.UUID, ctx: AdminWrite) -> Envelope[ChannelSessionView]:
+    """Archive a number given up (disconnect it first: ``409 channel_session_connected`` while it is
+    ``working``). It is kept for the conversations that name it, readable here and with
+    ``?archived=true``; it routes no webhook and can no longer be changed or connected, and its
+    name is free on its WAHA server for a new session. Audited; archiving twice changes nothing."""
+    row = await ctx.session.run_sync(
+        lambda s: service.archive_session(
+            s,
+            org_id=ctx.org_id,
+            session_id=session_id,
+            actor_user_id=ctx.principal.user_id,
+            request_id=ctx.request_id,
+        )
+    )
+    return Envelope(data=_view(row))
 
 
 # --------------------------------------------------------------------------- connecting through WAHA
@@ -225,9 +252,7 @@ async def _waha_session(
     """The session as the API shows it, where it lives on WAHA, and its webhook secret; then the
     request's own transaction ends, so the calls to WAHA (seconds, at worst) hold no pooled
     connection. (Everything is read before the commit: the row expires with it.)"""
-    row = await ctx.session.run_sync(lambda s: repository.by_id(s, ctx.org_id, session_id))
-    if row is None:
-        raise NotFound("No such channel session")
+    row = await ctx.session.run_sync(lambda s: service.live_session(s, ctx.org_id, session_id))
     keyring = _keyring(request)
     settings = request.app.state.settings
     if row.base_url is not None and _origin(row.base_url) == _origin(settings.waha_base_url):
@@ -328,7 +353,9 @@ async def connect_channel_session(
 @router.post(
     "/channel-sessions/{session_id}:disconnect",
     response_model=Envelope[ChannelDisconnected],
-    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, ValidationFailed, ChannelUnavailable),
+    responses=error_responses(
+        Unauthorized, Forbidden, MfaRequired, NotFound, Conflict, ValidationFailed, ChannelUnavailable
+    ),
 )
 async def disconnect_channel_session(
     session_id: uuid.UUID, ctx: AdminWrite, request: Request
@@ -351,7 +378,9 @@ async def disconnect_channel_session(
 @router.get(
     "/channel-sessions/{session_id}/qr",
     response_model=Envelope[ChannelQrCode],
-    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, ValidationFailed, ChannelUnavailable),
+    responses=error_responses(
+        Unauthorized, Forbidden, MfaRequired, NotFound, Conflict, ValidationFailed, ChannelUnavailable
+    ),
 )
 async def channel_session_qr(session_id: uuid.UUID, ctx: AdminWrite, request: Request) -> Envelope[ChannelQrCode]:
     """The QR code WAHA shows for linking the business's phone (while the session is ``scan_qr``):

@@ -21,10 +21,17 @@ def by_id(
 
 
 def page(
-    session: Session, org_id: uuid.UUID, *, limit: int, after: tuple[datetime, uuid.UUID] | None
+    session: Session,
+    org_id: uuid.UUID,
+    *,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] | None,
+    archived: bool = False,
 ) -> list[ChannelSession]:
-    """Oldest first (the order they were connected), keyset-paged on (created_at, id)."""
-    query = select(ChannelSession).where(ChannelSession.org_id == org_id)
+    """The live sessions (or the archived ones), oldest first (the order they were connected),
+    keyset-paged on (created_at, id)."""
+    archived_filter = ChannelSession.archived_at.is_not(None) if archived else ChannelSession.archived_at.is_(None)
+    query = select(ChannelSession).where(ChannelSession.org_id == org_id, archived_filter)
     if after is not None:
         created_at, row_id = after
         query = query.where(

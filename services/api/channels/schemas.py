@@ -109,6 +109,9 @@ class ChannelSessionView(BaseModel):
     has_webhook_secret: bool
     has_api_key: bool
     webhook_secret_rotated_at: datetime | None
+    archived_at: datetime | None = Field(
+        default=None, description="When the session was archived (`:archive`); null while it is live"
+    )
     created_at: datetime
     updated_at: datetime
 

@@ -25,7 +25,7 @@ from services.api.channels import repository
 from services.api.core.errors import Conflict, NotFound
 from switchboard.crypto import KeyRing, Sealed
 from switchboard.db.audit import record_audit
-from switchboard.db.enums import ChannelProvider
+from switchboard.db.enums import ChannelProvider, ChannelSessionStatus
 from switchboard.db.lookups import lookup_channel_session, lookup_session_name_on_server
 from switchboard.db.models.channels import ChannelSession
 from switchboard.rotation import channel_session_aad
@@ -109,6 +109,29 @@ def open_api_key(keyring: KeyRing, row: ChannelSession) -> str | None:
         key_id=row.api_key_key_id,
     )
     return None if opened is None else opened.decode()
+
+
+class ChannelSessionArchived(Conflict):
+    code = "channel_session_archived"
+    default_message = "The channel session is archived: connect the number as a new session"
+
+
+class ChannelSessionConnected(Conflict):
+    code = "channel_session_connected"
+    default_message = "The number is still linked: disconnect it first (:disconnect)"
+
+
+def live_session(
+    session: Session, org_id: uuid.UUID, session_id: uuid.UUID, *, for_update: bool = False
+) -> ChannelSession:
+    """The session a change acts on: 404 when it does not exist, 409 when it is archived (it is
+    kept only for the conversations that name it)."""
+    row = repository.by_id(session, org_id, session_id, for_update=for_update)
+    if row is None:
+        raise NotFound("No such channel session")
+    if row.archived_at is not None:
+        raise ChannelSessionArchived(details={"archived_at": row.archived_at.isoformat()})
+    return row
 
 
 def _name_taken() -> Conflict:
@@ -199,9 +222,7 @@ def rotate_webhook_secret(
     request_id: str | None,
 ) -> IssuedSecret:
     """Replace the webhook secret; deliveries signed with the old one are refused from commit on."""
-    row = repository.by_id(session, org_id, session_id, for_update=True)
-    if row is None:
-        raise NotFound("No such channel session")
+    row = live_session(session, org_id, session_id, for_update=True)
     secret = new_webhook_secret()
     _seal_into(row, "webhook_secret", keyring, secret)
     row.webhook_secret_rotated_at = datetime.now(UTC)
@@ -232,9 +253,7 @@ def update_session(
 ) -> ChannelSession:
     """Apply the properties sent (``label``, ``phone_number``, ``base_url``, ``api_key``,
     ``owner_replies_take_over``)."""
-    row = repository.by_id(session, org_id, session_id, for_update=True)
-    if row is None:
-        raise NotFound("No such channel session")
+    row = live_session(session, org_id, session_id, for_update=True)
     audited: dict[str, object] = {}
     if "base_url" in changes and (changes["base_url"] or None) != row.base_url:
         moved_to = str(changes["base_url"] or "")
@@ -261,4 +280,39 @@ def update_session(
         )
         session.flush()
         session.refresh(row)
+    return row
+
+
+def archive_session(
+    session: Session,
+    *,
+    org_id: uuid.UUID,
+    session_id: uuid.UUID,
+    actor_user_id: uuid.UUID | None,
+    request_id: str | None,
+) -> ChannelSession:
+    """Archive a number given up: kept for its conversations, it routes no webhook from commit on
+    and frees its name on its WAHA server. A linked number must be disconnected first, so no phone
+    is left receiving into a session nobody sees; archiving twice changes nothing."""
+    row = repository.by_id(session, org_id, session_id, for_update=True)
+    if row is None:
+        raise NotFound("No such channel session")
+    if row.archived_at is not None:
+        return row
+    if row.status == ChannelSessionStatus.WORKING.value:
+        raise ChannelSessionConnected(details={"status": row.status})
+    row.archived_at = datetime.now(UTC)
+    row.routes_by_name = False
+    record_audit(
+        session,
+        org_id=org_id,
+        action="channel_session.archived",
+        actor_user_id=actor_user_id,
+        target_type="channel_session",
+        target_id=row.id,
+        details={"external_session": row.external_session, "status": row.status},
+        request_id=request_id,
+    )
+    session.flush()
+    session.refresh(row)
     return row

@@ -53,6 +53,7 @@ class ChannelSession(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
             text("coalesce(base_url, '')"),
             "external_session",
             unique=True,
+            postgresql_where=text("archived_at IS NULL"),  # an archived session frees its name (0038)
         ),
         Index(
             "uq_channel_sessions_routing_name",
@@ -80,6 +81,8 @@ class ChannelSession(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     # Whether a message typed on the business's phone (not one Switchboard sent) takes the
     # conversation over from the agents (revision 0032).
     owner_replies_take_over: Mapped[bool] = mapped_column(server_default=text("true"))
+    # Archived (revision 0038): kept for the conversations that name it, routes nothing, frees its name.
+    archived_at: Mapped[datetime | None]
     # HMAC key the provider signs webhooks with, AES-GCM sealed (associated data binds it to
     # this row). NULL: no secret yet, so every webhook for the session is refused.
     webhook_secret_ciphertext: Mapped[bytes | None]

@@ -133,6 +133,7 @@ POLICY: dict[tuple[str, str], Need] = {
     ("POST", "/api/v1/conversations/{conversation_id}/commands"): "manager",
     ("POST", "/api/v1/channel-sessions/{session_id}:connect"): "admin_mfa",
     ("POST", "/api/v1/channel-sessions/{session_id}:disconnect"): "admin_mfa",
+    ("POST", "/api/v1/channel-sessions/{session_id}:archive"): "admin_mfa",
     ("GET", "/api/v1/channel-sessions/{session_id}/qr"): "admin_mfa",
     ("POST", "/api/v1/decisions/{action_id}:approve"): "manager",
     ("POST", "/api/v1/decisions/{action_id}:reject"): "manager",
