@@ -120,14 +120,11 @@ TOKEN_BUDGET_EXCEEDED = "token_budget_exceeded"
 COST_BUDGET_EXCEEDED = "cost_budget_exceeded"
 
 
-# What a reasoning model's helper calls (classification, summaries) get on top of their own cap,
-# as a run's steps get RUNNER_REASONING_ALLOWANCE_TOKENS.
-HELPER_REASONING_ALLOWANCE_TOKENS = 2048
-
-
-def helper_output(price: ModelPrice, answer_tokens: int) -> tuple[int, int]:
-    """``(max_output_tokens, reasoning_tokens)`` of a helper call whose answer needs ``answer_tokens``."""
-    cap = answer_tokens + (HELPER_REASONING_ALLOWANCE_TOKENS if price.reasoning else 0)
+def helper_output(price: ModelPrice, answer_tokens: int, reasoning_allowance_tokens: int) -> tuple[int, int]:
+    """``(max_output_tokens, reasoning_tokens)`` of a helper call (classification, a summary) whose
+    answer needs ``answer_tokens``: a reasoning model gets the allowance a run's steps get
+    (``RUNNER_REASONING_ALLOWANCE_TOKENS``) on top, at most half of it all for thinking."""
+    cap = answer_tokens + (reasoning_allowance_tokens if price.reasoning else 0)
     return cap, reasoning_share(price, cap)
 
 

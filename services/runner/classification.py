@@ -161,6 +161,7 @@ async def classify_inbound(
     price: ModelPrice,
     pii: Pseudonymizer,
     timeout_s: float,
+    reasoning_allowance_tokens: int,
 ) -> LabelResult:
     """Label ``text`` (the run's inbound messages) with one structured-output call."""
     started = time.monotonic()
@@ -175,7 +176,7 @@ async def classify_inbound(
             "at": _now(),
         }
         return LabelResult(ruled, entries=(entry,))
-    cap, reasoning_tokens = helper_output(price, MAX_OUTPUT_TOKENS)
+    cap, reasoning_tokens = helper_output(price, MAX_OUTPUT_TOKENS, reasoning_allowance_tokens)
     request = pii.seal(
         ModelRequest(
             model=model,

@@ -455,6 +455,7 @@ class RunExecutor:
             price=price,
             pii=pii,
             timeout_s=self._settings.model_call_timeout_s,
+            reasoning_allowance_tokens=self._settings.reasoning_allowance_tokens,
         )
         if labeled.labels is not None:
             await _with_db_retries(

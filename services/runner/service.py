@@ -113,7 +113,11 @@ class Runner:
         )
         publisher = RunEventPublisher(producer, maxsize=settings.event_queue_size)
         summarizer = self.summarizer = ThreadSummarizer(
-            memory_sessions, providers, price=store.price, call_timeout_s=settings.model_call_timeout_s
+            memory_sessions,
+            providers,
+            price=store.price,
+            call_timeout_s=settings.model_call_timeout_s,
+            reasoning_allowance_tokens=settings.reasoning_allowance_tokens,
         )
         linker = FollowupLinker(memory_sessions)
         state = StateStore(memory_sessions)

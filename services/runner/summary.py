@@ -107,13 +107,18 @@ def transcript(items: list[HistoryItem]) -> str:
 
 
 def summary_request(
-    model: str, previous: str | None, items: list[HistoryItem], price: ModelPrice | None = None
+    model: str,
+    previous: str | None,
+    items: list[HistoryItem],
+    price: ModelPrice | None = None,
+    *,
+    reasoning_allowance_tokens: int = 0,
 ) -> ModelRequest:
     """The summarization prompt (unsealed): the task, the previous summary, the new messages."""
     system = [SystemLayer(SUMMARY_TASK, INSTRUCTIONS)]
     if previous:
         system.append(SystemLayer("Previous summary", previous))
-    cap, reasoning_tokens = helper_output(price or ModelPrice(), SUMMARY_OUTPUT_TOKENS)
+    cap, reasoning_tokens = helper_output(price or ModelPrice(), SUMMARY_OUTPUT_TOKENS, reasoning_allowance_tokens)
     return ModelRequest(
         model=model,
         system=tuple(system),
@@ -151,12 +156,14 @@ class ThreadSummarizer:
         *,
         price: PriceOf,
         call_timeout_s: float,
+        reasoning_allowance_tokens: int,
         max_concurrent: int = MAX_CONCURRENT_JOBS,
     ) -> None:
         self._sessions = sessions
         self._providers = providers
         self._price = price
         self._call_timeout_s = call_timeout_s
+        self._reasoning_allowance_tokens = reasoning_allowance_tokens
         self._slots = asyncio.Semaphore(max_concurrent)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -206,7 +213,15 @@ class ThreadSummarizer:
             return False
         pii = Pseudonymizer(names=[subject.conversation.contact_name if subject.conversation else None])
         price = await self._price(version.provider, version.model)
-        sealed = pii.seal(summary_request(version.model, coverage.summary, batch, price))
+        sealed = pii.seal(
+            summary_request(
+                version.model,
+                coverage.summary,
+                batch,
+                price,
+                reasoning_allowance_tokens=self._reasoning_allowance_tokens,
+            )
+        )
         response = await provider.complete(
             sealed, job.access or ProviderAccess(CredentialSource.NONE, None), timeout_s=self._call_timeout_s
         )

@@ -265,9 +265,7 @@ async def test_an_archived_number_routes_nothing_frees_its_name_and_keeps_its_hi
     reused = await client.post("/api/v1/channel-sessions", json=body, headers=org.headers())
     assert reused.status_code == 201, reused.text
     assert reused.json()["data"]["webhook"]["name_routed_path"] == "/api/v1/webhooks/waha", "the name routes again"
-    audit = tenant_db(org.org_id).scalars(
-        select(AuditLogEntry.action).where(AuditLogEntry.target_id == session_id)
-    )
+    audit = tenant_db(org.org_id).scalars(select(AuditLogEntry.action).where(AuditLogEntry.target_id == session_id))
     assert list(audit).count("channel_session.archived") == 1
 
 

@@ -10,6 +10,7 @@ import pytest
 from services.runner.budget import ModelPrice, RunLimits
 from services.runner.classification import (
     CLASSIFY_TOOL,
+    MAX_OUTPUT_TOKENS,
     MessageLabels,
     classify_inbound,
     parse_labels,
@@ -131,6 +132,7 @@ async def test_classification_request_is_sealed_and_priced() -> None:
         price=ModelPrice(1_000_000, 5_000_000),
         pii=pii,
         timeout_s=5,
+        reasoning_allowance_tokens=2048,
     )
     assert result.labels == MessageLabels("ask_price", "normal", "sales", "neutral")
     assert result.usage == TokenUsage(40, 8) and result.cost_micros == 80
@@ -138,3 +140,27 @@ async def test_classification_request_is_sealed_and_priced() -> None:
     assert sent.tools == (CLASSIFY_TOOL,)
     text = sent.messages[0].text  # type: ignore[union-attr]
     assert "Maria" not in text and "maria@example.com" not in text
+
+
+async def test_a_reasoning_model_classifies_with_the_runners_reasoning_allowance() -> None:
+    """RUNNER_REASONING_ALLOWANCE_TOKENS holds for helper calls too, not a fixed figure."""
+    caps = []
+    for price, allowance in (
+        (ModelPrice(reasoning=True), 3000),
+        (ModelPrice(reasoning=True), 500),
+        (ModelPrice(), 3000),
+    ):
+        provider = _Structured([answer("unused")])
+        await classify_inbound(
+            "quanto custa?",
+            provider=provider,
+            access=ProviderAccess(CredentialSource.NONE, None),
+            model="m",
+            price=price,
+            pii=Pseudonymizer(),
+            timeout_s=5,
+            reasoning_allowance_tokens=allowance,
+        )
+        sent = provider.requests[0]
+        caps.append((sent.max_output_tokens - MAX_OUTPUT_TOKENS, sent.reasoning_tokens))
+    assert caps == [(3000, (MAX_OUTPUT_TOKENS + 3000) // 2), (500, (MAX_OUTPUT_TOKENS + 500) // 2), (0, 0)]
