@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from switchboard.db.enums import ChannelProvider, ChannelSessionStatus
 from switchboard.db.models.channels import E164_PATTERN
 from switchboard.egress import refuse_literal_address
+from switchboard.server_urls import canonical_server_url
 
 # WAHA session names: letters, digits and a few separators; they are routing keys, not text.
 SESSION_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,99}$"
@@ -37,7 +38,7 @@ def _http_url(value: str | None) -> str | None:
     if parts.username or parts.password:
         raise ValueError("must not embed credentials; send the API key in api_key")
     refuse_literal_address(parts.hostname or "")
-    return value.rstrip("/")
+    return canonical_server_url(value)  # one server, one spelling: the per-server name check compares text
 
 
 class CreateChannelSession(BaseModel):

@@ -269,6 +269,35 @@ async def test_an_archived_number_routes_nothing_frees_its_name_and_keeps_its_hi
     assert list(audit).count("channel_session.archived") == 1
 
 
+async def test_a_server_written_another_way_is_the_same_server(
+    client: httpx.AsyncClient, make_org: Callable[..., OrgHandle]
+) -> None:
+    """Another org may not take a business's session name on its own WAHA by spelling the URL
+    differently: with it, ``:connect`` would rewire that number's webhook to the other org."""
+    name = f"default-{uuid.uuid4().hex[:8]}"
+    server = f"http://waha-{uuid.uuid4().hex[:6]}.internal:3000"
+    owner, other = make_org(name="Owner"), make_org(name="Other")
+    first = await client.post(
+        "/api/v1/channel-sessions",
+        json=new_session_body(external_session=name, base_url=server),
+        headers=owner.headers(),
+    )
+    assert first.status_code == 201, first.text
+    for spelled in (server.upper().replace("HTTP://", "http://") + "/", server.replace(":3000", ".:3000")):
+        taken = await client.post(
+            "/api/v1/channel-sessions",
+            json=new_session_body(external_session=name, base_url=spelled),
+            headers=other.headers(),
+        )
+        assert taken.status_code == 409, (spelled, taken.text)
+    stored = await client.post(
+        "/api/v1/channel-sessions",
+        json=new_session_body(base_url="HTTPS://WAHA.Example:443/"),
+        headers=other.headers(),
+    )
+    assert stored.json()["data"]["base_url"] == "https://waha.example"
+
+
 async def test_another_orgs_session_is_not_found(client: httpx.AsyncClient, make_org: Callable[..., OrgHandle]) -> None:
     owner, stranger = make_org(name="Owner"), make_org(name="Stranger")
     created = (await client.post("/api/v1/channel-sessions", json=new_session_body(), headers=owner.headers())).json()

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import logging
+import re
+import uuid
 from collections.abc import Iterator
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, text
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from switchboard.db import migrate
 from switchboard.db.base import Base
 from switchboard.db.lookups import LOOKUP_FUNCTIONS
+from switchboard.db.session import tenant_transaction
 from switchboard.db.tenancy import TENANT_TABLES, rls_problems
 
 from .conftest import PgServer, ScratchDatabase, scratch_database
+from .factories import build_channel_sessions, create_org
 
 pytestmark = pytest.mark.integration
 
@@ -137,3 +142,33 @@ def test_missing_app_role_is_skipped_with_a_warning(pg_server: PgServer, caplog:
             migrate.upgrade(_url(scratch), app_role="sb_no_such_role")
         assert "does not exist" in caplog.text
         assert migrate.current_revision(_url(scratch)) == migrate.head_revision()
+
+
+def _sessions_at_0038(db: ScratchDatabase, base_urls: list[str], name: str | None = None) -> None:
+    """Migrate to 0038 and store one session per URL, as the API did before URLs had one form."""
+    migrate.upgrade(_url(db), "0038", app_role=db.app_role)
+    org_id = uuid.uuid4()
+    with Session(db.engine(owner=True, poolclass=NullPool)) as session, tenant_transaction(session, org_id):
+        create_org(session, org_id)
+        for base_url in base_urls:
+            row = build_channel_sessions(session, org_id)
+            row.base_url, row.routes_by_name = base_url, False
+            row.external_session = name or row.external_session
+            session.add(row)
+
+
+def test_waha_urls_stored_before_0039_are_rewritten_in_one_form(pg_server: PgServer) -> None:
+    with scratch_database(pg_server, migrate=False) as db:
+        _sessions_at_0038(db, ["HTTP://WAHA.Internal:80/", "https://proxy.example:8443/waha-b/"])
+        migrate.upgrade(_url(db), app_role=db.app_role)
+        with db.engine(owner=True, poolclass=NullPool).connect() as conn:
+            stored = conn.execute(text("SELECT base_url FROM channel_sessions ORDER BY base_url")).scalars().all()
+        assert stored == ["http://waha.internal", "https://proxy.example:8443/waha-b"]
+
+
+def test_one_name_on_one_server_written_two_ways_stops_0039(pg_server: PgServer) -> None:
+    """Two orgs' numbers behind one name on one server: an operator must decide, not the migration."""
+    with scratch_database(pg_server, migrate=False) as db:
+        _sessions_at_0038(db, ["http://waha.internal:3000", "HTTP://waha.INTERNAL:3000/"], name="default")
+        with pytest.raises(RuntimeError, match=re.escape("'default' on http://waha.internal:3000")):
+            migrate.upgrade(_url(db), app_role=db.app_role)
