@@ -34,6 +34,10 @@ INTERRUPTED: Final = "interrupted"
 # ``run_completed.abort_reason`` of a run not run because its contact was erased (requested
 # before the erasure, claimed after it): nobody is to be answered, nothing is to be written.
 CONTACT_ERASED: Final = "contact_erased"
+# The delivery error of a message a lost run queued and its recovery attempt withdrew (and the
+# error of a follow-up it withdrew; services/runner/superseded.py): never sent, so never shown
+# to a model as said — the runner's history, its summaries and the history tool leave it out.
+WITHDRAWN_RUN_LOST: Final = "withdrawn_run_lost"
 # ``run_completed.abort_reason`` of runs whose messages another run (or the people) answers, or
 # that nobody is to answer any more.
 ANSWERED_ELSEWHERE: Final = frozenset(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, event, exists, or_, select, text, update
+from sqlalchemy import TextClause, bindparam, event, exists, or_, select, text, update
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -71,6 +71,14 @@ WHERE i.org_id = :org_id AND i.run_id = :run_id AND i.direction = 'outbound' AND
 """
 _INTENTS = text(
     f"SELECT i.id, i.channel_session_id, i.body, cv.chat_id {_INTENTS_FROM} ORDER BY i.created_at, i.id"
+).bindparams(*(bindparam(n, type_=_UUID) for n in ("org_id", "run_id")))
+# What an owner's approval queued after its run ended (``attributes.approved``, set by the tool
+# server): only these. The run's own queued messages go with its completion — or, when the run
+# was lost, its recovery attempt withdraws them (services/runner/superseded.py): an approval
+# arriving meanwhile must not send them.
+_APPROVED_INTENTS = text(
+    f"SELECT i.id, i.channel_session_id, i.body, cv.chat_id {_INTENTS_FROM} AND i.attributes ? 'approved'"
+    " ORDER BY i.created_at, i.id"
 ).bindparams(*(bindparam(n, type_=_UUID) for n in ("org_id", "run_id")))
 # A run's claim in one round trip: its intents, oldest first, then its reply (recorded here).
 # The intents part cannot see the row the CTE inserts (one snapshot); a reply stored by an
@@ -348,7 +356,8 @@ class NotifierStore:
     async def claim_intents(self, org_id: uuid.UUID, run_id: uuid.UUID) -> list[Claimed]:
         """Claim what the run's send tool queued after the run ended (an action the owner approved)."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            return await self._claim(session, org_id, run_id, await self._intents(session, org_id, run_id))
+            approved = await self._intents(session, org_id, run_id, _APPROVED_INTENTS)
+            return await self._claim(session, org_id, run_id, approved)
 
     async def claim_human(self, requested: HumanMessageRequested) -> list[Claimed]:
         """Claim a person's message (stored by the API, still ``pending``): at most once, like a reply."""
@@ -407,10 +416,13 @@ class NotifierStore:
         row = (await session.execute(_RECORD_REPLY, values)).one()
         return _Candidate(row.id, target.channel_session_id, row.body, DeliveryKind.REPLY, target.chat_id)
 
-    async def _intents(self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID) -> list[_Candidate]:
-        """Outbound messages the agent's send tool queued during the run, oldest first."""
+    async def _intents(
+        self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID, query: TextClause = _INTENTS
+    ) -> list[_Candidate]:
+        """Outbound messages the agent's send tool queued during the run (``query``: all, or the
+        approved ones), oldest first."""
         rows = await session.execute(
-            _INTENTS, {"org_id": org_id, "run_id": run_id, "dedupe_key": reply_dedupe_key(run_id)}
+            query, {"org_id": org_id, "run_id": run_id, "dedupe_key": reply_dedupe_key(run_id)}
         )
         return [_Candidate(r.id, r.channel_session_id, r.body, DeliveryKind.INTENT, r.chat_id) for r in rows]
 

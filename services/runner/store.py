@@ -63,6 +63,7 @@ from switchboard.db.models import (
 from switchboard.db.outbox import enqueue_record
 from switchboard.db.session import async_tenant_transaction
 from switchboard.db.usage import record_usage
+from switchboard.run_outcomes import WITHDRAWN_RUN_LOST
 
 _ACTIVE = [s.value for s in ACTIVE_RUN_STATUSES]
 # The error code of a run closed because its runner was gone (its usage counted by that closing).
@@ -227,6 +228,7 @@ SELECT
                         ORDER BY h.occurred_at DESC)
         FROM (SELECT m.id, m.direction, m.body, m.occurred_at, m.content_type FROM messages AS m
               WHERE m.org_id = :org_id AND m.conversation_id = c.id AND (m.body <> '' OR m.content_type <> 'text')
+                AND m.delivery_error IS DISTINCT FROM '{WITHDRAWN_RUN_LOST}'
               ORDER BY m.occurred_at DESC
               LIMIT v.history_message_window + :message_count + 1) AS h
     ) END AS history{extra}
@@ -297,7 +299,9 @@ class RunStore:
                     answered_by = await self._answered_by(session, request)
                     if answered_by is None:  # a recovery attempt that will run the turn again
                         withdrawn = await withdraw_lost_attempt(session, self._serde, request)
-                        subject = subject.without_messages(withdrawn.message_ids)
+                        if withdrawn.message_ids:  # never said: the history is read again without them
+                            reloaded = (await self._load(session, request)).subject
+                            subject = replace(subject, recent_messages=reloaded.recent_messages)
                     resolved = await self._start(session, subject, start)
                     return Claim(
                         ClaimState.CREATED,

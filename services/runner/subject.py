@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -100,13 +100,6 @@ class RunSubject:
     recent_messages: tuple[HistoryItem, ...] = ()
     # Context the readers read in the same transaction, by their key (services/runner/preload.py).
     preloaded: Mapping[str, object] = field(default_factory=dict)
-
-    def without_messages(self, message_ids: frozenset[uuid.UUID]) -> RunSubject:
-        """This subject with those messages left out of its history (a lost parent's withdrawn ones)."""
-        if not message_ids:
-            return self
-        kept = tuple(m for m in self.recent_messages if m.message_id not in message_ids)
-        return replace(self, recent_messages=kept)
 
     @property
     def inbound_text(self) -> str:

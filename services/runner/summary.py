@@ -57,6 +57,7 @@ from switchboard.db.models.memory import ConversationSummary
 from switchboard.db.session import async_tenant_transaction
 from switchboard.db.usage import record_usage
 from switchboard.observability.logging import get_logger
+from switchboard.run_outcomes import WITHDRAWN_RUN_LOST
 
 log = get_logger(__name__)
 
@@ -265,6 +266,7 @@ class ThreadSummarizer:
                 Message.org_id == request.org_id,
                 Message.conversation_id == request.conversation_id,
                 or_(Message.body != "", Message.content_type != TEXT),
+                Message.delivery_error.is_distinct_from(WITHDRAWN_RUN_LOST),  # never said
             )
             recent = [
                 HistoryItem(r.id, r.direction, model_text(r.content_type, r.body or ""), r.occurred_at)

@@ -10,9 +10,9 @@ withdraws the lost parent's unfinished work:
   rejection (the brief drops the card) — two cards for one request, approved both, sent twice;
 - the messages its send tool queued (``pending``, never claimed: a run's messages go out with
   its completion, which a lost run never has) become ``failed`` with :data:`WITHDRAWN`, and
-  the attempt's history leaves them out (they were loaded in the same transaction), so the
-  model does not take them for said — they stayed ``pending`` forever and the attempt sent
-  its own;
+  every model's view of the conversation leaves them out from then on (the claim reloads the
+  attempt's history; summaries and the history tool filter them), so no model takes them for
+  said — they stayed ``pending`` forever and the attempt sent its own;
 - the follow-ups it scheduled become ``cancelled`` (error :data:`WITHDRAWN`) — the attempt
   scheduled the same promise again and the customer was called back twice.
 
@@ -45,12 +45,13 @@ from switchboard.db.models.autonomy import WorkspaceInsight
 from switchboard.db.models.notifications import RunDelivery
 from switchboard.db.outbox import enqueue_record
 from switchboard.observability.logging import get_logger
+from switchboard.run_outcomes import WITHDRAWN_RUN_LOST
 
 log = get_logger(__name__)
 
 RATIONALE: Final = "withdrawn: the run was lost before it finished; its recovery attempt took over"
 # ``delivery_error`` of a withdrawn message and ``error`` of a withdrawn follow-up.
-WITHDRAWN: Final = "withdrawn_run_lost"
+WITHDRAWN: Final = WITHDRAWN_RUN_LOST
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +60,7 @@ class Withdrawn:
 
     proposals: int = 0
     followups: int = 0
-    # The queued messages, by id: the attempt's history leaves them out.
+    # The queued messages, by id: the claim reloads the attempt's history without them.
     message_ids: frozenset[uuid.UUID] = frozenset()
 
 

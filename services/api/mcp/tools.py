@@ -28,6 +28,7 @@ from switchboard.db.enums import (
 )
 from switchboard.db.models import AiAgentRun, Contact, Conversation, Message, ScheduledFollowup
 from switchboard.db.session import async_tenant_transaction
+from switchboard.run_outcomes import WITHDRAWN_RUN_LOST
 from switchboard.run_tokens import RunTokenClaims
 
 MAX_SEARCH_RESULTS = 20
@@ -125,7 +126,12 @@ class CrmTools:
             conversation = await self._conversation(session, claims)
             query = (
                 select(Message)
-                .where(Message.org_id == claims.org_id, Message.conversation_id == conversation.id)
+                .where(
+                    Message.org_id == claims.org_id,
+                    Message.conversation_id == conversation.id,
+                    # A lost run's withdrawn message was never sent: not something the agent said.
+                    Message.delivery_error.is_distinct_from(WITHDRAWN_RUN_LOST),
+                )
                 .order_by(Message.occurred_at.desc(), Message.id.desc())
                 .limit(max(1, min(limit, MAX_HISTORY)))
             )

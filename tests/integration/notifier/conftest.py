@@ -168,8 +168,9 @@ class World:
             dry_run=dry_run,
         )
 
-    def queue_intent(self, completed: RunCompleted, text: str) -> uuid.UUID:
-        """What the MCP send tool records: a pending outbound message carrying the run id."""
+    def queue_intent(self, completed: RunCompleted, text: str, *, approved: bool = False) -> uuid.UUID:
+        """What the MCP send tool records: a pending outbound message carrying the run id (and,
+        when an owner's approval sent it, saying so)."""
         with tenant_session(self.org) as session:
             message = Message(
                 org_id=self.org.org_id,
@@ -181,6 +182,7 @@ class World:
                 body=text,
                 delivery_status="pending",
                 run_id=completed.run_id,
+                attributes={"intent": "crm_send_whatsapp_message", **({"approved": True} if approved else {})},
             )
             session.add(message)
             session.flush()

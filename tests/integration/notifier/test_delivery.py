@@ -253,13 +253,16 @@ async def test_an_approved_send_queued_after_the_run_is_delivered_once(
     await publish(Topics.RUN_COMPLETED, completed)
     await channel.wait_for(1, timeout=20)
     # The owner approves later: the send tool queues the message on the proposing run, then the
-    # decision's Home item goes out as actioned.
-    world.queue_intent(completed, "Aqui está o catálogo.")
+    # decision's Home item goes out as actioned. A message the run queued itself is not the
+    # approval's to send (a lost run's: its recovery attempt withdraws it, runner/superseded.py).
+    own = world.queue_intent(completed, "Mensagem do próprio run.")
+    world.queue_intent(completed, "Aqui está o catálogo.", approved=True)
     await publish(Topics.INSIGHTS, _actioned(completed, InsightStatus.NEW))  # still open: nothing happens
     approved = _actioned(completed, InsightStatus.ACTIONED)
     await publish(Topics.INSIGHTS, approved)
     await publish(Topics.INSIGHTS, approved)  # redelivered
     await eventually(lambda: sorted(_statuses(world, completed.run_id)), lambda s: s == ["sent", "sent"])
+    assert [m.delivery_status for m in world.outbound(completed.run_id) if m.id == own] == ["pending"]
     marker = world.run(text="marker")
     await publish(Topics.RUN_COMPLETED, marker)
     await eventually(lambda: _statuses(world, marker.run_id), lambda s: s == ["sent"])

@@ -13,13 +13,16 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from services.api.mcp.tools import CrmTools
 from services.runner.superseded import RATIONALE, WITHDRAWN
 from switchboard.contracts import Insight, Serde, Topics
 from switchboard.db.insights import upsert_insight
 from switchboard.db.models import AgentDecision, AiAgentRun, Message, OutboxEvent, ScheduledFollowup
 from switchboard.db.models.autonomy import WorkspaceInsight
-from switchboard.db.session import tenant_transaction
-from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, inbound, run_request
+from switchboard.db.session import create_async_engine, create_async_sessionmaker, tenant_transaction
+from switchboard.run_tokens import RunTokenSettings, verify_run_token
+from switchboard.tool_catalog import CONVERSATION_HISTORY
+from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, inbound, run_request, run_token
 from tests.support.fake_llm import Reply
 
 pytestmark = pytest.mark.integration
@@ -164,6 +167,17 @@ async def test_a_recovery_attempt_withdraws_what_its_lost_parent_left_undone(rh:
     assert "Meu pedido saiu?" in prompt
     assert "Seu pedido saiu." not in prompt, "a withdrawn message is not in the attempt's history: never said"
     assert "Cupom de 10% enviado." in prompt
+    assert "latest 2 earlier message(s)" in prompt and "Older messages are not shown" not in prompt
+    # Nor in what the history tool shows any later run.
+    claims = verify_run_token(RunTokenSettings().secret(), run_token(agent, {CONVERSATION_HISTORY}))
+    engine = create_async_engine(rh.db.url.render_as_string(hide_password=False), pool_size=1)
+    try:
+        history = await CrmTools(sessions=create_async_sessionmaker(engine)).conversation_history(
+            claims, limit=20, before=None
+        )
+    finally:
+        await engine.dispose()
+    assert [m["text"] for m in history["messages"]] == ["Oi, bom dia", "Meu pedido saiu?", "Cupom de 10% enviado."]
     dismissed = [r for r in _insight_records(rh) if r.insight_key == f"decision:{ids['proposed']}"]
     assert [r.status.value for r in dismissed] == ["dismissed"], "the brief drops the card"
 
