@@ -440,11 +440,16 @@ class NotifierStore:
                     ChannelSession.api_key_iv,
                     ChannelSession.api_key_tag,
                     ChannelSession.api_key_key_id,
+                    ChannelSession.archived_at,
                 ).where(ChannelSession.org_id == org_id, ChannelSession.id == channel_session_id)
             )
         ).one_or_none()
         if row is None:
             return None, "channel_session_missing"
+        if row.archived_at is not None:
+            # A number given up: its name on its WAHA server may be another session's now, and a
+            # send by name would go out through that number (docs/api.md ":archive").
+            return None, "channel_session_archived"
         secret: str | None = None
         if row.base_url is None and self._waha_api_key:
             # The platform's WAHA is the operator's: its key, never one a tenant stored (which

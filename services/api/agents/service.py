@@ -317,8 +317,13 @@ def check_references(
                 _problem([*prefix, "tool_ids", str(index)], f"{tool!r} is not a tool of the catalog", "unknown_tool")
             )
     channel_id = config.channel_session_id
-    if channel_id is not None and repository.channel_session(session, org_id, channel_id) is None:
+    channel = repository.channel_session(session, org_id, channel_id) if channel_id is not None else None
+    if channel_id is not None and channel is None:
         problems.append(_problem([*prefix, "channel_session_id"], "No such channel session", "unknown_channel_session"))
+    elif channel is not None and channel.archived_at is not None:
+        problems.append(
+            _problem([*prefix, "channel_session_id"], "The channel session is archived", "archived_channel_session")
+        )
     problems += _subagent_problems(session, org_id, config.subagent_ids, [*prefix, "subagent_ids"], agent_id)
     if problems:
         raise _invalid(problems)

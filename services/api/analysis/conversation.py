@@ -23,7 +23,7 @@ ANALYSIS_CONTACT_LABEL: Final = "Daily analysis"
 def ensure_analysis_conversation(
     session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID | None
 ) -> Conversation | None:
-    """The org's analysis conversation on ``channel_session_id`` (else the org's oldest session), locked.
+    """The org's analysis conversation on ``channel_session_id`` (else the org's oldest live session), locked.
 
     None when the org has no channel session at all. Idempotent under concurrency: both
     inserts are ``ON CONFLICT DO NOTHING`` on their unique keys, then the row is read back.
@@ -31,7 +31,7 @@ def ensure_analysis_conversation(
     if channel_session_id is None:
         channel_session_id = session.scalar(
             select(ChannelSession.id)
-            .where(ChannelSession.org_id == org_id)
+            .where(ChannelSession.org_id == org_id, ChannelSession.archived_at.is_(None))
             .order_by(ChannelSession.created_at, ChannelSession.id)
             .limit(1)
         )

@@ -191,28 +191,6 @@ async def rotate_webhook_secret(
     return Envelope(data=_created(issued))
 
 
-@router.post(
-    "/channel-sessions/{session_id}:archive",
-    response_model=Envelope[ChannelSessionView],
-    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, Conflict, ValidationFailed),
-)
-async def archive_channel_session(session_id: uuid.UUID, ctx: AdminWrite) -> Envelope[ChannelSessionView]:
-    """Archive a number given up (disconnect it first: ``409 channel_session_connected`` while it is
-    ``working``). It is kept for the conversations that name it, readable here and with
-    ``?archived=true``; it routes no webhook and can no longer be changed or connected, and its
-    name is free on its WAHA server for a new session. Audited; archiving twice changes nothing."""
-    row = await ctx.session.run_sync(
-        lambda s: service.archive_session(
-            s,
-            org_id=ctx.org_id,
-            session_id=session_id,
-            actor_user_id=ctx.principal.user_id,
-            request_id=ctx.request_id,
-        )
-    )
-    return Envelope(data=_view(row))
-
-
 # --------------------------------------------------------------------------- connecting through WAHA
 
 
@@ -373,6 +351,45 @@ async def disconnect_channel_session(
     await _record_waha_call(request, ctx, view.id, "channel_session.disconnected", details, status=stopped_status)
     stopped = view.model_copy(update={"status": stopped_status})
     return Envelope(data=ChannelDisconnected(session=stopped, waha_status=waha_status))
+
+
+@router.post(
+    "/channel-sessions/{session_id}:archive",
+    response_model=Envelope[ChannelSessionView],
+    responses=error_responses(Unauthorized, Forbidden, MfaRequired, NotFound, ValidationFailed, ChannelUnavailable),
+)
+async def archive_channel_session(
+    session_id: uuid.UUID, ctx: AdminWrite, request: Request
+) -> Envelope[ChannelSessionView]:
+    """Archive a number given up: WAHA logs the phone out and stops the session first (as
+    ``:disconnect``; the same ``502`` when it cannot), since archiving frees the session's name on
+    its server and a login left behind would pass to whoever takes the name. It is kept for the
+    conversations that name it, readable here and with ``?archived=true``; it routes no webhook,
+    sends nothing, its conversations' scheduled follow-ups are cancelled, and it can no longer
+    be changed or connected. Audited; archiving twice changes nothing."""
+    current = await ctx.session.run_sync(lambda s: repository.by_id(s, ctx.org_id, session_id))
+    if current is None:
+        raise NotFound("No such channel session")
+    if current.archived_at is not None:
+        return Envelope(data=_view(current))
+    _, target, _ = await _waha_session(session_id, ctx, request)
+    try:
+        waha_status = await waha_admin.disconnect(target, _egress(request))
+    except waha_admin.WahaError as exc:
+        raise _waha_error(exc) from None
+    async with request.app.state.database.sessions() as session, async_tenant_transaction(session, ctx.org_id):
+        row = await session.run_sync(
+            lambda s: service.archive_session(
+                s,
+                org_id=ctx.org_id,
+                session_id=session_id,
+                actor_user_id=ctx.principal.user_id,
+                waha_status=waha_status,
+                request_id=ctx.request_id,
+            )
+        )
+        view = _view(row)
+    return Envelope(data=view)
 
 
 @router.get(

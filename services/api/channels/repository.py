@@ -5,10 +5,12 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from switchboard.db.models.channels import ChannelSession
+from switchboard.db.enums import FollowupStatus
+from switchboard.db.models.channels import ChannelSession, Conversation
+from switchboard.db.models.followups import ScheduledFollowup
 
 
 def by_id(
@@ -41,3 +43,21 @@ def page(
             )
         )
     return list(session.scalars(query.order_by(ChannelSession.created_at, ChannelSession.id).limit(limit)))
+
+
+def cancel_followups_of_session(session: Session, org_id: uuid.UUID, session_id: uuid.UUID, *, reason: str) -> int:
+    """Cancel the scheduled follow-ups of the session's conversations (``error = reason``); how many."""
+    conversations = select(Conversation.id).where(
+        Conversation.org_id == org_id, Conversation.channel_session_id == session_id
+    )
+    cancelled = session.scalars(
+        update(ScheduledFollowup)
+        .where(
+            ScheduledFollowup.org_id == org_id,
+            ScheduledFollowup.conversation_id.in_(conversations),
+            ScheduledFollowup.status == FollowupStatus.SCHEDULED.value,
+        )
+        .values(status=FollowupStatus.CANCELLED.value, cancelled_at=func.now(), error=reason)
+        .returning(ScheduledFollowup.id)
+    )
+    return len(cancelled.all())

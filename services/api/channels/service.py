@@ -116,11 +116,6 @@ class ChannelSessionArchived(Conflict):
     default_message = "The channel session is archived: connect the number as a new session"
 
 
-class ChannelSessionConnected(Conflict):
-    code = "channel_session_connected"
-    default_message = "The number is still linked: disconnect it first (:disconnect)"
-
-
 def live_session(
     session: Session, org_id: uuid.UUID, session_id: uuid.UUID, *, for_update: bool = False
 ) -> ChannelSession:
@@ -289,20 +284,22 @@ def archive_session(
     org_id: uuid.UUID,
     session_id: uuid.UUID,
     actor_user_id: uuid.UUID | None,
+    waha_status: str,
     request_id: str | None,
 ) -> ChannelSession:
-    """Archive a number given up: kept for its conversations, it routes no webhook from commit on
-    and frees its name on its WAHA server. A linked number must be disconnected first, so no phone
-    is left receiving into a session nobody sees; archiving twice changes nothing."""
+    """Archive a number given up, once WAHA logged it out and stopped it (the caller did): kept for
+    its conversations, it routes no webhook from commit on and frees its name on its WAHA server,
+    and its conversations' scheduled follow-ups are cancelled (nothing can be sent through it any
+    more). Archiving twice changes nothing."""
     row = repository.by_id(session, org_id, session_id, for_update=True)
     if row is None:
         raise NotFound("No such channel session")
     if row.archived_at is not None:
         return row
-    if row.status == ChannelSessionStatus.WORKING.value:
-        raise ChannelSessionConnected(details={"status": row.status})
     row.archived_at = datetime.now(UTC)
     row.routes_by_name = False
+    row.status = ChannelSessionStatus.STOPPED.value
+    cancelled = repository.cancel_followups_of_session(session, org_id, session_id, reason=ChannelSessionArchived.code)
     record_audit(
         session,
         org_id=org_id,
@@ -310,7 +307,11 @@ def archive_session(
         actor_user_id=actor_user_id,
         target_type="channel_session",
         target_id=row.id,
-        details={"external_session": row.external_session, "status": row.status},
+        details={
+            "external_session": row.external_session,
+            "waha_status": waha_status,
+            "followups_cancelled": cancelled,
+        },
         request_id=request_id,
     )
     session.flush()

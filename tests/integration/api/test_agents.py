@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from switchboard.db.enums import Role
 from switchboard.db.models.agents import AiModel, AiProviderCredential
 from switchboard.db.models.audit import AuditLogEntry
+from switchboard.db.models.channels import ChannelSession
 from switchboard.db.session import create_engine
 from tests.support.agents import (
     audit_actions,
@@ -158,6 +159,17 @@ async def test_invalid_configuration_is_a_422_naming_the_field(
     matching = [e for e in error["details"]["errors"] if e["loc"][-len(loc_tail) :] == loc_tail]
     assert matching, error
     assert any(needle in e["msg"] for e in matching), matching
+
+
+async def test_a_version_cannot_name_an_archived_number(client: httpx.AsyncClient, org: OrgHandle) -> None:
+    channel = make_channel(org)
+    with tenant_session(org) as session:
+        session.execute(update(ChannelSession).where(ChannelSession.id == channel).values(archived_at=func.now()))
+    response = await client.post(
+        "/api/v1/agents", json={"name": "Old number", "version": version_body(channel)}, headers=org.headers()
+    )
+    assert response.status_code == 422, response.text
+    assert [e["type"] for e in error_body(response)["details"]["errors"]] == ["archived_channel_session"]
 
 
 async def test_model_must_not_be_deprecated_and_credential_must_match_provider(

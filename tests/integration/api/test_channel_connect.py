@@ -3,16 +3,24 @@ shows its QR code, against a local WAHA-compatible server (scripts/channel_serve
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from scripts.channel_server import ChannelServer
 from services.api.settings import ApiSettings
+from services.api.webhooks.service import sign
 from switchboard.db.enums import Role
+from switchboard.db.models.channels import Conversation
+from switchboard.db.models.followups import ScheduledFollowup
 from tests.integration.api.conftest import serve
+from tests.integration.api.test_webhook import Channel, message_event
+from tests.support.agents import tenant_session
 from tests.support.api import OrgHandle
 
 pytestmark = pytest.mark.integration
@@ -173,3 +181,86 @@ async def test_disconnecting_a_session_waha_does_not_have_is_already_done(
     gone = await public_client.post(f"/api/v1/channel-sessions/{session['id']}:disconnect", headers=org.headers())
     assert gone.status_code == 200, gone.text
     assert gone.json()["data"]["waha_status"] == "STOPPED" and waha.logged_out == []
+
+
+async def test_an_archived_number_is_logged_out_routes_and_sends_nothing_and_frees_its_name(
+    public_client: httpx.AsyncClient, org: OrgHandle, waha: ChannelServer
+) -> None:
+    """A number given up: WAHA logs it out and stops it, then the session is archived. Kept for its
+    conversations, it routes no webhook, sends nothing (a person's reply is refused, its scheduled
+    follow-ups are cancelled), can no longer be changed or connected, and its name is free on its
+    server for the new phone."""
+    session = await _session(public_client, org, waha, WAHA_KEY)
+    session_id, name, secret = session["id"], session["external_session"], session["webhook_secret"]
+    path = f"/api/v1/channel-sessions/{session_id}"
+    assert (await public_client.post(f"{path}:connect", headers=org.headers())).status_code == 200
+
+    async def deliver(url: str, body: str) -> int:
+        raw = json.dumps(message_event(Channel(org, uuid.UUID(session_id), name, secret), body=body)).encode()
+        return (await public_client.post(url, content=raw, headers={"X-Webhook-Hmac": sign(secret, raw)})).status_code
+
+    assert await deliver(f"/api/v1/webhooks/waha/{session_id}", "Oi") == 200
+    with tenant_session(org) as db:
+        conversation = db.scalars(select(Conversation).where(Conversation.channel_session_id == session_id)).one()
+        followup = ScheduledFollowup(
+            org_id=org.org_id,
+            conversation_id=conversation.id,
+            due_at=datetime.now(UTC) + timedelta(days=1),
+            reason="ver se chegou",
+        )
+        db.add(followup)
+    taken = await public_client.post(f"/api/v1/conversations/{conversation.id}:takeover", headers=org.headers())
+    assert taken.status_code == 200, taken.text
+
+    archived = await public_client.post(f"{path}:archive", headers=org.headers())
+    assert archived.status_code == 200, archived.text
+    data = archived.json()["data"]
+    assert data["archived_at"] is not None and data["status"] == "stopped"
+    assert waha.logged_out == [name], "no login is left behind for whoever takes the name"
+    again = await public_client.post(f"{path}:archive", headers=org.headers())
+    assert again.json()["data"]["archived_at"] == data["archived_at"], "archiving twice changes nothing"
+    assert waha.logged_out == [name]
+
+    assert await deliver(f"/api/v1/webhooks/waha/{session_id}", "Oi de novo") == 401, "routed by its URL: gone"
+    assert await deliver("/api/v1/webhooks/waha", "Oi de novo") == 401, "routed by its name: gone"
+    reply = await public_client.post(
+        f"/api/v1/conversations/{conversation.id}/messages", json={"text": "Olá!"}, headers=org.headers()
+    )
+    assert reply.status_code == 409 and reply.json()["error"]["code"] == "channel_session_archived", reply.text
+    with tenant_session(org) as db:
+        kept = db.get(ScheduledFollowup, followup.id)
+        assert kept is not None and (kept.status, kept.error) == ("cancelled", "channel_session_archived")
+    live = (await public_client.get("/api/v1/channel-sessions", headers=org.headers())).json()["data"]
+    gone = (await public_client.get("/api/v1/channel-sessions?archived=true", headers=org.headers())).json()["data"]
+    assert session_id not in [s["id"] for s in live] and [s["id"] for s in gone] == [session_id]
+    for refused in (
+        await public_client.patch(path, json={"label": "De novo"}, headers=org.headers()),
+        await public_client.post(f"{path}:rotate-secret", headers=org.headers()),
+        await public_client.post(f"{path}:connect", headers=org.headers()),
+        await public_client.post(f"{path}:disconnect", headers=org.headers()),
+        await public_client.get(f"{path}/qr", headers=org.headers()),
+    ):
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "channel_session_archived", (
+            refused.request.url,
+            refused.text,
+        )
+
+    body = {"label": "Novo telefone", "external_session": name, "base_url": waha.url, "api_key": WAHA_KEY}
+    reused = await public_client.post("/api/v1/channel-sessions", json=body, headers=org.headers())
+    assert reused.status_code == 201, reused.text
+    assert reused.json()["data"]["webhook"]["name_routed_path"] == "/api/v1/webhooks/waha", "the name routes again"
+    audit = await public_client.get(
+        "/api/v1/audit", params={"action": "channel_session.archived"}, headers=org.headers()
+    )
+    assert [e["target_id"] for e in audit.json()["data"]] == [session_id]
+
+
+async def test_a_number_waha_cannot_log_out_is_not_archived(
+    public_client: httpx.AsyncClient, org: OrgHandle, waha: ChannelServer
+) -> None:
+    """Archiving frees the name: with the phone possibly still logged in, it waits for WAHA."""
+    session = await _session(public_client, org, waha, "a-key-waha-refuses")
+    refused = await public_client.post(f"/api/v1/channel-sessions/{session['id']}:archive", headers=org.headers())
+    assert refused.status_code == 502 and refused.json()["error"]["code"] == "channel_unavailable", refused.text
+    shown = await public_client.get(f"/api/v1/channel-sessions/{session['id']}", headers=org.headers())
+    assert shown.json()["data"]["archived_at"] is None

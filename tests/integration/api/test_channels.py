@@ -211,64 +211,6 @@ async def test_businesses_on_waha_core_share_the_session_name_default(
     assert [r.status_code for r in shared] == [201, 409], "the platform's shared WAHA is one server too"
 
 
-async def test_an_archived_number_routes_nothing_frees_its_name_and_keeps_its_history(
-    client: httpx.AsyncClient, org: OrgHandle, tenant_db: Callable[[uuid.UUID], Session]
-) -> None:
-    """A number given up: disconnected, then archived. Its webhook URLs stop routing, its name is
-    free on its server for the new phone, it leaves the list (still readable by id and with
-    ``archived=true``), and nothing can change or connect it any more."""
-    body = new_session_body(base_url="http://waha-archive.internal:3000")
-    created = (await client.post("/api/v1/channel-sessions", json=body, headers=org.headers())).json()["data"]
-    session_id, secret, name = created["id"], created["webhook_secret"], created["external_session"]
-    url = f"/api/v1/channel-sessions/{session_id}"
-    raw = json.dumps({"event": "session.status", "session": name, "payload": {"status": "WORKING"}}).encode()
-
-    async def deliver(path: str) -> int:
-        signed = {"X-Webhook-Hmac": sign(secret, raw)}
-        return (await client.post(path, content=raw, headers=signed)).status_code
-
-    assert await deliver(f"/api/v1/webhooks/waha/{session_id}") == 200  # the status becomes working
-    linked = await client.post(f"{url}:archive", headers=org.headers())
-    assert linked.status_code == 409 and linked.json()["error"]["code"] == "channel_session_connected", linked.text
-    tenant = tenant_db(org.org_id)
-    tenant.execute(
-        ChannelSession.__table__.update()
-        .where(ChannelSession.id == uuid.UUID(session_id))
-        .values(status="stopped")  # what :disconnect leaves (tested against WAHA in test_channel_connect)
-    )
-    tenant.commit()
-
-    archived = await client.post(f"{url}:archive", headers=org.headers())
-    assert archived.status_code == 200, archived.text
-    assert archived.json()["data"]["archived_at"] is not None
-    again = await client.post(f"{url}:archive", headers=org.headers())
-    assert again.json()["data"]["archived_at"] == archived.json()["data"]["archived_at"], "archiving twice: no change"
-
-    assert await deliver(f"/api/v1/webhooks/waha/{session_id}") == 401, "routed by its URL: gone"
-    assert await deliver("/api/v1/webhooks/waha") == 401, "routed by its name: gone"
-    live = (await client.get("/api/v1/channel-sessions", headers=org.headers())).json()["data"]
-    gone = (await client.get("/api/v1/channel-sessions?archived=true", headers=org.headers())).json()["data"]
-    assert session_id not in [s["id"] for s in live] and [s["id"] for s in gone] == [session_id]
-    assert (await client.get(url, headers=org.headers())).json()["data"]["archived_at"] is not None
-    for refused in (
-        await client.patch(url, json={"label": "Again"}, headers=org.headers()),
-        await client.post(f"{url}:rotate-secret", headers=org.headers()),
-        await client.post(f"{url}:connect", headers=org.headers()),
-        await client.post(f"{url}:disconnect", headers=org.headers()),
-        await client.get(f"{url}/qr", headers=org.headers()),
-    ):
-        assert refused.status_code == 409 and refused.json()["error"]["code"] == "channel_session_archived", (
-            refused.request.url,
-            refused.text,
-        )
-
-    reused = await client.post("/api/v1/channel-sessions", json=body, headers=org.headers())
-    assert reused.status_code == 201, reused.text
-    assert reused.json()["data"]["webhook"]["name_routed_path"] == "/api/v1/webhooks/waha", "the name routes again"
-    audit = tenant_db(org.org_id).scalars(select(AuditLogEntry.action).where(AuditLogEntry.target_id == session_id))
-    assert list(audit).count("channel_session.archived") == 1
-
-
 async def test_a_server_written_another_way_is_the_same_server(
     client: httpx.AsyncClient, make_org: Callable[..., OrgHandle]
 ) -> None:

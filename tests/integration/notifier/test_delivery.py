@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import update
+from sqlalchemy import func, update
 
 from scripts.channel_server import ChannelServer
 from services.notifier.handlers import Hooks
@@ -22,7 +22,7 @@ from switchboard.contracts import Insight, InsightKind, Record, RunStatus, Topic
 from switchboard.contracts.enums import InsightStatus
 from switchboard.crypto import KeyRing
 from switchboard.db.enums import Role
-from switchboard.db.models import Message
+from switchboard.db.models import ChannelSession, Message
 from tests.integration.notifier.conftest import RunningNotifier, World, eventually
 from tests.support.agents import tenant_session
 from tests.support.api import create_org
@@ -209,6 +209,25 @@ async def test_400_marks_the_run_not_delivered(
     assert [s.status_returned for s in channel.received] == [400]  # a permanent refusal is not retried
     [reply] = world.outbound(completed.run_id)
     assert reply.delivery_status == "failed" and reply.delivery_error == "http_400"
+
+
+async def test_nothing_goes_out_through_an_archived_number(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    """Archiving frees the session's name on its WAHA server: a send by name could leave through
+    whichever number holds it now. A run that answers afterwards (a follow-up, a wake) fails."""
+    with tenant_session(world.org) as session:
+        session.execute(
+            update(ChannelSession).where(ChannelSession.id == world.channel_id).values(archived_at=func.now())
+        )
+    completed = world.run()
+    await start_notifier()
+    await publish(Topics.RUN_COMPLETED, completed)
+    [delivery] = await eventually(
+        lambda: world.deliveries(completed.run_id), lambda d: [x.status for x in d] == ["failed"]
+    )
+    assert delivery.error_code == "channel_session_archived"
+    assert channel.received == []
 
 
 async def test_queued_intents_are_sent_once_each_before_the_reply(
