@@ -593,9 +593,11 @@ class NotifierStore:
         return int(expired or 0)
 
     async def cancel_intents(self, org_id: uuid.UUID, run_id: uuid.UUID, reason: str) -> int:
-        """Queued intents of a run that must not be sent (handoff, failure): marked failed, never claimed."""
+        """Queued intents of a run that must not be sent (handoff, failure): marked failed, never claimed.
+        Not what an owner approved on the run (``attributes.approved``): that is the owner's act, not
+        the run's, and goes out with the approval (``claim_intents``) however the run ended."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            return await _cancel_intents(session, org_id, run_id, reason)
+            return await _cancel_intents(session, org_id, run_id, reason, keep_approved=True)
 
     # ------------------------------------------------------------------ humans
 
@@ -744,17 +746,23 @@ class NotifierStore:
             )
 
 
-async def _cancel_intents(session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID, reason: str) -> int:
-    """Mark the run's queued, unclaimed intents failed with ``reason`` (in the caller's transaction)."""
+async def _cancel_intents(
+    session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID, reason: str, *, keep_approved: bool = False
+) -> int:
+    """Mark the run's queued, unclaimed intents failed with ``reason`` (in the caller's transaction);
+    with ``keep_approved``, not those an owner's approval queued."""
+    conditions = [
+        Message.org_id == org_id,
+        Message.run_id == run_id,
+        Message.direction == MessageDirection.OUTBOUND.value,
+        Message.delivery_status == MessageDeliveryStatus.PENDING.value,
+        ~exists().where(RunDelivery.message_id == Message.id),
+    ]
+    if keep_approved:
+        conditions.append(~Message.attributes.has_key("approved"))
     result = await session.execute(
         update(Message)
-        .where(
-            Message.org_id == org_id,
-            Message.run_id == run_id,
-            Message.direction == MessageDirection.OUTBOUND.value,
-            Message.delivery_status == MessageDeliveryStatus.PENDING.value,
-            ~exists().where(RunDelivery.message_id == Message.id),
-        )
+        .where(*conditions)
         .values(delivery_status=MessageDeliveryStatus.FAILED.value, delivery_error=reason)
     )
     return int(getattr(result, "rowcount", 0) or 0)

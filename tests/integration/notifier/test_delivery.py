@@ -292,6 +292,25 @@ async def test_an_approved_send_queued_after_the_run_is_delivered_once(
     ]
 
 
+async def test_a_run_that_fails_does_not_take_its_owners_approval_with_it(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    """What the owner approved is the owner's act: it goes out with the approval however the run
+    that proposed it ended; the run's own queued message does not."""
+    failed = world.run(status=RunStatus.FAILED, text=None)
+    own = world.queue_intent(failed, "Mensagem do próprio run.")
+    approved_id = world.queue_intent(failed, "Aqui está o catálogo.", approved=True)
+    await start_notifier()
+    await publish(Topics.RUN_COMPLETED, failed)
+    await eventually(
+        lambda: {m.id: m.delivery_status for m in world.outbound(failed.run_id)},
+        lambda s: s == {own: "failed", approved_id: "pending"},
+    )
+    await publish(Topics.INSIGHTS, _actioned(failed, InsightStatus.ACTIONED))
+    await eventually(lambda: _statuses(world, failed.run_id), lambda s: s == ["sent"])
+    assert [s.text for s in channel.received] == ["Aqui está o catálogo."]
+
+
 @pytest.mark.parametrize("stored_key", [None, "a-key-the-tenant-stored"])
 async def test_a_session_on_the_platforms_waha_is_sent_with_the_operators_key(
     stack: StackEndpoints,
