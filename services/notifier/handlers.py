@@ -7,7 +7,8 @@
   messages are kept and marked failed, ``conversation_with_humans``.
   Any other run (dry, handoff, failed, aborted) sends nothing; its queued intents are
   marked failed so nothing lingers as "pending" — except a handoff's acknowledgement (the
-  version's ``handoff_message``), sent once like a reply.
+  version's ``handoff_message``), sent once like a reply, and what an owner approved on the
+  run (sent with the approval).
   A failed or aborted run that leaves customer messages unanswered
   (``switchboard.run_outcomes``) is announced on the org's webhook as
   ``conversation.unanswered`` (``unanswered.py``); a message the channel did not take
@@ -36,7 +37,7 @@ from services.notifier.metrics import MESSAGES_DELIVERED, NOTIFICATIONS, SEND_AT
 from services.notifier.notifications import NotificationQueue
 from services.notifier.retries import Retry, RetryQueue
 from services.notifier.retry import Outcome, RetryPolicy, send_with_retry
-from services.notifier.store import Claimed, Notification, NotifierStore
+from services.notifier.store import ARCHIVED, Claimed, Notification, NotifierStore
 from switchboard.contracts import HandoffTriggered, HumanMessageRequested, Insight, RunCompleted, RunStatus
 from switchboard.contracts.enums import InsightKind, InsightStatus
 from switchboard.db.models.notifications import DeliveryKind, NotificationState
@@ -163,10 +164,16 @@ class NotifierHandlers:
     def _one_attempt(
         self, claimed: Claimed, where: dict[str, str], *, for_agents: bool, org_id: uuid.UUID
     ) -> Callable[[], Awaitable[Outcome]]:
-        """A retry's attempt. An agent's message is not sent once people took the conversation
-        over while it waited its backoff: it ends failed, ``conversation_with_humans``."""
+        """A retry's attempt. No message is sent once its number was archived while it waited its
+        backoff (``channel_session_archived``), and an agent's message not once people took the
+        conversation over (``conversation_with_humans``): it ends failed."""
 
         async def attempt() -> Outcome:
+            if await self._store.channel_archived_since_claimed(org_id, claimed.message_id):
+                log.info(
+                    "retry withheld: the number was archived", extra={**where, "message_id": str(claimed.message_id)}
+                )
+                return Outcome(attempts=0, error=ChannelError(ARCHIVED, "the number was archived", transient=False))
             if for_agents and await self._store.taken_over_since_claimed(org_id, claimed.message_id):
                 log.info(
                     "retry withheld: people own the conversation",

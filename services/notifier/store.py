@@ -47,6 +47,8 @@ ERROR_MESSAGE_LIMIT = 500
 # a send per reply would otherwise cost a query and an AES-GCM open. A session's new API key or
 # base URL reaches the sends this much later (docs/notifier.md "Routes").
 ROUTE_TTL_S = 10.0
+# The delivery error of a send through an archived number (docs/api.md ":archive").
+ARCHIVED = "channel_session_archived"
 
 _UUID = PG_UUID(as_uuid=True)
 
@@ -449,7 +451,7 @@ class NotifierStore:
         if row.archived_at is not None:
             # A number given up: its name on its WAHA server may be another session's now, and a
             # send by name would go out through that number (docs/api.md ":archive").
-            return None, "channel_session_archived"
+            return None, ARCHIVED
         secret: str | None = None
         if row.base_url is None and self._waha_api_key:
             # The platform's WAHA is the operator's: its key, never one a tenant stored (which
@@ -523,6 +525,18 @@ class NotifierStore:
                 .where(Message.org_id == org_id, Message.id == message_id)
             )
             return bool(taken)
+
+    async def channel_archived_since_claimed(self, org_id: uuid.UUID, message_id: uuid.UUID) -> bool:
+        """Whether the message's channel session was archived (after its claim read the route): a
+        retry must not send by a name that may be another session's now."""
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            archived_at = await session.scalar(
+                select(ChannelSession.archived_at)
+                .select_from(Message)
+                .join(ChannelSession, ChannelSession.id == Message.channel_session_id)
+                .where(Message.org_id == org_id, Message.id == message_id)
+            )
+            return archived_at is not None
 
     async def record_interrupted(
         self, org_id: uuid.UUID, run_id: uuid.UUID | None, claimed: Claimed, *, attempts: int

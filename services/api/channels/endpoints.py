@@ -41,6 +41,7 @@ from switchboard.db.lookups import lookup_session_name_on_server
 from switchboard.db.models.channels import ChannelSession
 from switchboard.db.session import async_tenant_transaction
 from switchboard.egress import EgressPolicy
+from switchboard.server_urls import canonical_server_url
 
 router = APIRouter(prefix="/api/v1", tags=["channel sessions"])
 
@@ -258,8 +259,15 @@ async def _waha_session(
     return view, target, None if secret is None else secret.decode()
 
 
+async def _archived_view(request: Request, ctx: AdminWrite, session_id: uuid.UUID) -> ChannelSessionView:
+    async with request.app.state.database.sessions() as session, async_tenant_transaction(session, ctx.org_id):
+        row = await session.run_sync(lambda s: repository.by_id(s, ctx.org_id, session_id))
+        assert row is not None  # archived rows are never deleted
+        return _view(row)
+
+
 def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url.strip())
+    parts = urlsplit(canonical_server_url(url))  # the setting as the operator typed it, too
     return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
 
 
@@ -372,7 +380,10 @@ async def archive_channel_session(
         raise NotFound("No such channel session")
     if current.archived_at is not None:
         return Envelope(data=_view(current))
-    _, target, _ = await _waha_session(session_id, ctx, request)
+    try:
+        _, target, _ = await _waha_session(session_id, ctx, request)
+    except service.ChannelSessionArchived:  # another archive of it committed in between
+        return Envelope(data=await _archived_view(request, ctx, session_id))
     try:
         waha_status = await waha_admin.disconnect(target, _egress(request))
     except waha_admin.WahaError as exc:

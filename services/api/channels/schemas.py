@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -32,12 +32,16 @@ OWNER_REPLIES_TAKE_OVER = (
 def _http_url(value: str | None) -> str | None:
     if value is None:
         return None
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("must be an http(s) URL with a host")
     if parts.username or parts.password:
         raise ValueError("must not embed credentials; send the API key in api_key")
-    refuse_literal_address(parts.hostname or "")
+    if parts.query or parts.fragment or "?" in value or "#" in value:
+        raise ValueError("must not have a query or a fragment: WAHA's API paths are appended to it")
+    if any(unquote(segment) in (".", "..") for segment in parts.path.split("/")):
+        raise ValueError("must not have '.' or '..' path segments")  # one server, one spelling
+    refuse_literal_address(parts.hostname)
     return canonical_server_url(value)  # one server, one spelling: the per-server name check compares text
 
 

@@ -34,7 +34,7 @@ from services.api.conversations.wake import wake_dispatch
 from switchboard.contracts import Serde, Topics, WakeContext, WakeReason
 from switchboard.db import lookups
 from switchboard.db.enums import ConversationStatus, FollowupStatus
-from switchboard.db.models import Conversation, ScheduledFollowup
+from switchboard.db.models import ChannelSession, Conversation, ScheduledFollowup
 from switchboard.db.outbox import enqueue_record
 from switchboard.db.session import async_tenant_transaction
 from switchboard.observability.logging import get_logger
@@ -42,6 +42,8 @@ from switchboard.observability.logging import get_logger
 log = get_logger(__name__)
 
 NOT_DISPATCHABLE = "conversation_not_dispatchable"
+# A follow-up of a conversation whose number was archived (docs/api.md ":archive").
+CHANNEL_SESSION_ARCHIVED = "channel_session_archived"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,11 @@ def fire_due(session: Session, serde: Serde, org_id: uuid.UUID, ids: list[uuid.U
             followup.error = NOT_DISPATCHABLE
             fired.append(Fired(followup.id, org_id, None))
             continue
+        if _number_archived(session, org_id, conversation.channel_session_id):
+            followup.status = FollowupStatus.FAILED.value  # scheduled after the archive cancelled the rest
+            followup.error = CHANNEL_SESSION_ARCHIVED
+            fired.append(Fired(followup.id, org_id, None))
+            continue
         record = wake_dispatch(
             conversation,
             WakeReason.FOLLOW_UP,
@@ -95,6 +102,16 @@ def fire_due(session: Session, serde: Serde, org_id: uuid.UUID, ids: list[uuid.U
         fired.append(Fired(followup.id, org_id, record.event_id))
     session.flush()
     return fired
+
+
+def _number_archived(session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID) -> bool:
+    """Whether the conversation's number was archived: a wake could answer through nothing."""
+    archived_at = session.scalar(
+        select(ChannelSession.archived_at).where(
+            ChannelSession.org_id == org_id, ChannelSession.id == channel_session_id
+        )
+    )
+    return archived_at is not None
 
 
 class FollowupScheduler:

@@ -26,7 +26,7 @@ from switchboard.db.enums import (
     MessageDirection,
     MessageSender,
 )
-from switchboard.db.models import AiAgentRun, Contact, Conversation, Message, ScheduledFollowup
+from switchboard.db.models import AiAgentRun, ChannelSession, Contact, Conversation, Message, ScheduledFollowup
 from switchboard.db.session import async_tenant_transaction
 from switchboard.run_outcomes import WITHDRAWN_RUN_LOST
 from switchboard.run_tokens import RunTokenClaims
@@ -78,7 +78,8 @@ class CrmTools:
         runner may not know yet (a call already on its way, a process that lost its lease), and a
         message or follow-up written now would double the attempt that took over. The run row is
         read ``FOR SHARE``: a claim closing it waits for this write, or this write sees it closed.
-        An owner's approval acts after its run ended, by design (``claims.approved``)."""
+        An owner's approval acts after its run ended, by design (``claims.approved``). Nothing is
+        written for a conversation whose number was archived: it could never be sent."""
         if not claims.approved:
             status = await session.scalar(
                 select(AiAgentRun.status)
@@ -87,7 +88,15 @@ class CrmTools:
             )
             if status not in ACTIVE_RUN_STATUSES:
                 raise ToolFailure("this run has ended (a newer attempt took over, or it was stopped): nothing was done")
-        return await self._conversation(session, claims)
+        conversation = await self._conversation(session, claims)
+        archived_at = await session.scalar(
+            select(ChannelSession.archived_at).where(
+                ChannelSession.org_id == claims.org_id, ChannelSession.id == conversation.channel_session_id
+            )
+        )
+        if archived_at is not None:  # nothing goes out through a number given up (docs/api.md ":archive")
+            raise ToolFailure("this conversation's WhatsApp number was archived: nothing can be sent or scheduled")
+        return conversation
 
     async def search_contacts(self, claims: RunTokenClaims, *, query: str, limit: int) -> dict[str, Any]:
         text = query.strip()

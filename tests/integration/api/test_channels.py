@@ -301,6 +301,12 @@ async def test_list_pages_with_a_cursor(client: httpx.AsyncClient, org: OrgHandl
         {"base_url": "http://user:pass@waha.internal"},
         {"base_url": "http://169.254.169.254/latest"},  # the cloud metadata service
         {"base_url": "http://[::ffff:169.254.169.254]"},
+        # One server, one spelling: the per-server name check compares the stored text.
+        {"base_url": "http://:3000"},
+        {"base_url": "http://waha.internal:3000/./"},
+        {"base_url": "http://waha.internal:3000/a/%2E%2E/"},
+        {"base_url": "http://waha.internal:3000?session=x"},
+        {"base_url": "http://waha.internal:3000#top"},
         {"label": ""},
         {"unknown_field": 1},
         {"api_key": ""},

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.api.followups.scheduler import NOT_DISPATCHABLE, FollowupScheduler
+from services.api.followups.scheduler import CHANNEL_SESSION_ARCHIVED, NOT_DISPATCHABLE, FollowupScheduler
 from switchboard.contracts import Serde, WakeReason
-from switchboard.db.models import Conversation, ScheduledFollowup
+from switchboard.db.models import ChannelSession, Conversation, ScheduledFollowup
 from switchboard.db.models.memory import MemoryFact
 from switchboard.db.session import create_async_engine, create_async_sessionmaker, tenant_transaction
 from tests.integration.memory.conftest import dispatches, run_for
@@ -108,11 +108,17 @@ async def test_a_followup_fires_once_at_its_time_with_two_schedulers(rh: RunnerH
         await asyncio.sleep(0.05)
 
 
-async def test_a_followup_of_a_conversation_handed_to_humans_fails_without_a_wake(rh: RunnerHarness) -> None:
+@pytest.mark.parametrize(
+    ("why", "error"), [("handed to humans", NOT_DISPATCHABLE), ("number archived", CHANNEL_SESSION_ARCHIVED)]
+)
+async def test_a_followup_nobody_can_answer_fails_without_a_wake(rh: RunnerHarness, why: str, error: str) -> None:
     agent = create_agent(rh.db)
     target = schedule(rh, agent, datetime.now(UTC) - timedelta(seconds=1))
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
-        session.get_one(Conversation, agent.conversation_id).status = "handoff"
+        if why == "handed to humans":
+            session.get_one(Conversation, agent.conversation_id).status = "handoff"
+        else:  # a wake would answer through a number given up (docs/api.md ":archive")
+            session.get_one(ChannelSession, agent.channel_session_id).archived_at = datetime.now(UTC)
     engine = create_async_engine(rh.database_url, pool_size=2)
     try:
         # (Asserted on the row: an API started by another test may run a scheduler on this database
@@ -123,7 +129,7 @@ async def test_a_followup_of_a_conversation_handed_to_humans_fails_without_a_wak
     deadline = time.monotonic() + 10
     while (row := followup(rh, agent, target)).status == "scheduled" and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
-    assert (row.status, row.error) == ("failed", NOT_DISPATCHABLE)
+    assert (row.status, row.error) == ("failed", error)
     assert dispatches(rh, agent.conversation_id) == []
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
         assert session.scalar(select(ScheduledFollowup.fired_at).where(ScheduledFollowup.id == target)) is None

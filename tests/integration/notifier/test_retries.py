@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import func, update
 
 from scripts.channel_server import ChannelServer
 from services.api.runs_live.service import partition_of
@@ -17,9 +18,11 @@ from services.notifier.settings import NotifierSettings
 from switchboard.contracts import Record, Topics, TopicSpec
 from switchboard.crypto import KeyRing
 from switchboard.db.enums import Role
+from switchboard.db.models import ChannelSession
 from switchboard.settings import KafkaSettings
 from tests.integration.notifier.conftest import API_KEY, RunningNotifier, World, eventually
 from tests.integration.notifier.test_handoff import notifications
+from tests.support.agents import tenant_session
 from tests.support.api import create_org
 from tests.support.stack import StackEndpoints
 
@@ -165,36 +168,52 @@ async def test_a_graceful_stop_records_retries_still_waiting_as_unknown(
     assert all(s.status_returned == 503 for s in channel.received), "nothing sent after the stop"
 
 
-async def test_a_reply_waiting_for_its_retry_is_not_sent_after_a_person_took_the_conversation_over(
+@pytest.mark.parametrize(
+    ("meanwhile", "error_code"),
+    [
+        ("a person took the conversation over", "conversation_with_humans"),
+        ("the number was archived", "channel_session_archived"),
+    ],
+)
+async def test_a_reply_waiting_for_its_retry_is_not_sent_once_it_may_no_longer_go_out(
     keyring: KeyRing,
     world: World,
     channel: ChannelServer,
     notifier_settings: NotifierSettings,
     publish: Publish,
     api: httpx.AsyncClient,
+    meanwhile: str,
+    error_code: str,
 ) -> None:
     """The channel is failing; while the reply waits for its next retry a person takes the
-    conversation over. The next retry sends nothing: the reply ends failed,
-    conversation_with_humans (not retried on until the channel recovers, then sent)."""
+    conversation over (an agent would talk over them), or its number is archived (its name on
+    the WAHA server may be another session's now: the route read at the claim is not trusted).
+    The next retry sends nothing: the reply ends failed with why (not retried on until the
+    channel recovers, then sent)."""
     channel.fail_next(503, times=1000)
     notifier = await RunningNotifier(_patient(notifier_settings), keyring).wait_ready()
     try:
         stuck = world.run(text="Já te respondo.")
         await publish(Topics.RUN_COMPLETED, stuck)
         await channel.wait_for(2, timeout=20)  # the first attempt and a background retry failed
-        taken = await api.post(
-            f"/api/v1/conversations/{world.conversation_id}:takeover", headers=world.org.headers(Role.MANAGER)
-        )
-        assert taken.status_code == 200, taken.text
+        if meanwhile == "the number was archived":
+            with tenant_session(world.org) as session:
+                archive = update(ChannelSession).where(ChannelSession.id == world.channel_id)
+                session.execute(archive.values(archived_at=func.now()))
+        else:
+            taken = await api.post(
+                f"/api/v1/conversations/{world.conversation_id}:takeover", headers=world.org.headers(Role.MANAGER)
+            )
+            assert taken.status_code == 200, taken.text
         [delivery] = await eventually(
             lambda: world.deliveries(stuck.run_id), lambda d: [x.status for x in d] == ["failed"]
         )
-        assert delivery.error_code == "conversation_with_humans"
+        assert delivery.error_code == error_code
         attempts = len(channel.received)
         channel.recover()
         await asyncio.sleep(1.0)  # a retry still scheduled would send now
         assert len(channel.received) == attempts and channel.delivered == [], "nothing reached the customer"
         [message] = world.outbound(stuck.run_id)
-        assert (message.delivery_status, message.delivery_error) == ("failed", "conversation_with_humans")
+        assert (message.delivery_status, message.delivery_error) == ("failed", error_code)
     finally:
         await notifier.stop()

@@ -14,7 +14,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from sqlalchemy import update
+from sqlalchemy import func, update
 from sqlalchemy.orm import Session
 
 from services.api.mcp.server import McpToolServer
@@ -23,7 +23,7 @@ from services.cli import build_parser
 from services.runner.providers.base import ToolCallRequest
 from services.runner.tools import McpToolBox, ToolCatalog, ToolServerUnavailable
 from services.runner.tools.mcp import TRANSPORT_ATTEMPTS
-from switchboard.db.models import AiAgentRun
+from switchboard.db.models import AiAgentRun, ChannelSession
 from switchboard.db.session import create_async_engine, create_async_sessionmaker, tenant_transaction
 from switchboard.run_tokens import RunTokenSettings, verify_run_token
 from switchboard.settings import DatabaseSettings
@@ -297,3 +297,18 @@ async def test_what_an_approval_writes_says_so_and_a_runs_own_writes_do_not(rh: 
     )
     assert messages == {"Seu pedido saiu": False, "Cupom de 10%": True}
     assert followups == {"retorno": False, "confirmar cupom": True}
+
+
+async def test_nothing_is_sent_or_scheduled_for_a_conversation_whose_number_was_archived(rh: RunnerHarness) -> None:
+    """It could never go out: the notifier refuses an archived number (its name may be another's now)."""
+    agent = create_agent(rh.db)
+    token = run_token(agent, {SEND_WHATSAPP_MESSAGE, SCHEDULE_FOLLOWUP}, rh=rh)
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        session.execute(
+            update(ChannelSession).where(ChannelSession.id == agent.channel_session_id).values(archived_at=func.now())
+        )
+    async with mcp(rh, token) as client:
+        sent = await client.call_tool(SEND_WHATSAPP_MESSAGE, {"text": "Seu pedido saiu"})
+        scheduled = await client.call_tool(SCHEDULE_FOLLOWUP, {"reason": "retorno", "due_in_minutes": 60})
+    for refused in (sent, scheduled):
+        assert refused.is_error and "archived" in refused.content[0].text  # type: ignore[union-attr]

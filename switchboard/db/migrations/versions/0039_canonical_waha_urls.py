@@ -36,7 +36,12 @@ def upgrade() -> None:
             " FROM channel_sessions WHERE base_url IS NOT NULL"
         )
     ).all()
-    rewritten = {row.id: canonical_server_url(row.base_url) for row in rows}
+    rewritten: dict[object, str] = {}
+    for row in rows:
+        try:
+            rewritten[row.id] = canonical_server_url(row.base_url)
+        except ValueError as exc:  # a port the old validator never parsed
+            raise RuntimeError(f"channel session {row.id}: base_url {row.base_url!r} is not a URL ({exc})") from exc
     seen: dict[tuple[str, str, str], int] = {}
     for row in rows:
         if row.live:
