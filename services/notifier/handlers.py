@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -319,13 +320,23 @@ class NotifierHandlers:
         if notification is not None:
             self.notifications.submit(insight.org_id, notification)
 
-    async def _notify(self, org_id: uuid.UUID, notification: Notification) -> None:
-        """POST the signed event to the org's webhook; at least once per notification row."""
-        destination: Destination | None = await self._store.org_webhook(org_id)
+    async def _notify(
+        self, org_id: uuid.UUID, notification: Notification, limiter: asyncio.Semaphore | None = None
+    ) -> None:
+        """POST the signed event to the org's webhook; at least once per notification row.
+
+        ``limiter`` (the morning push's) bounds the reads, attempts and the record, never the
+        backoff between attempts: an org whose webhook is down held its slot for its whole retry
+        budget, and at the hour a time zone is due a few dead webhooks kept every other org's
+        morning digest waiting."""
+        gate: contextlib.AbstractAsyncContextManager[Any] = limiter or contextlib.nullcontext()
+        async with gate:
+            destination: Destination | None = await self._store.org_webhook(org_id)
         if destination is None:
-            await self._store.finish_notification(
-                org_id, notification.id, NotificationState.SKIPPED, attempts=0, error_code="no_webhook"
-            )
+            async with gate:
+                await self._store.finish_notification(
+                    org_id, notification.id, NotificationState.SKIPPED, attempts=0, error_code="no_webhook"
+                )
             NOTIFICATIONS.labels(notification.event_type, NotificationState.SKIPPED.value).inc()
             return
         document: dict[str, Any] = {
@@ -337,8 +348,9 @@ class NotifierHandlers:
         channel = self._channels.get(WebhookChannel.name)
         body = WebhookChannel.document(document)
 
-        def send() -> Awaitable[SendResult]:
-            return channel.send(destination, body, idempotency_key=str(notification.event_id))
+        async def send() -> SendResult:
+            async with gate:
+                return await channel.send(destination, body, idempotency_key=str(notification.event_id))
 
         outcome = await send_with_retry(
             send, self._policy, what={"org_id": str(org_id), "notification": notification.event_type}
@@ -346,10 +358,11 @@ class NotifierHandlers:
         state = NotificationState.SENT if outcome.error is None else NotificationState.FAILED
         SEND_ATTEMPTS.labels(WebhookChannel.name).inc(outcome.attempts)
         NOTIFICATIONS.labels(notification.event_type, state.value).inc()
-        await self._store.finish_notification(
-            org_id,
-            notification.id,
-            state,
-            attempts=outcome.attempts,
-            error_code=outcome.error.code if outcome.error else None,
-        )
+        async with gate:
+            await self._store.finish_notification(
+                org_id,
+                notification.id,
+                state,
+                attempts=outcome.attempts,
+                error_code=outcome.error.code if outcome.error else None,
+            )

@@ -23,7 +23,8 @@ from switchboard.observability.logging import get_logger
 
 log = get_logger(__name__)
 
-Deliver = Callable[[uuid.UUID, Notification], Awaitable[None]]
+# Sends one notification; the limiter, when given, bounds its attempts, not its backoff waits.
+Deliver = Callable[[uuid.UUID, Notification, asyncio.Semaphore | None], Awaitable[None]]
 
 
 class NotificationQueue:
@@ -39,7 +40,7 @@ class NotificationQueue:
         return frozenset(self._tasks)
 
     def submit(self, org_id: uuid.UUID, notification: Notification, limiter: asyncio.Semaphore | None = None) -> bool:
-        """Start sending it (once ``limiter`` lets it, when given); False when it is already
+        """Start sending it (each attempt once ``limiter`` lets it, when given); False when it is already
         being sent by this process, or the queue is closing (the row stays ``pending`` for the
         next notifier's sweep: a task started now would be cut off at the loop's end)."""
         if self._closing or notification.id in self._tasks:
@@ -51,11 +52,7 @@ class NotificationQueue:
 
     async def _run(self, org_id: uuid.UUID, notification: Notification, limiter: asyncio.Semaphore | None) -> None:
         try:
-            if limiter is None:
-                await self._deliver(org_id, notification)
-            else:
-                async with limiter:
-                    await self._deliver(org_id, notification)
+            await self._deliver(org_id, notification, limiter)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the database away while recording: the row stays pending, the sweep retries

@@ -16,7 +16,10 @@ from sqlalchemy import delete, update
 
 from scripts.channel_server import ChannelServer
 from services.notifier import digest_push
+from services.notifier.channels import ChannelRegistry
+from services.notifier.handlers import NotifierHandlers
 from services.notifier.notifications import NotificationQueue
+from services.notifier.retry import RetryPolicy
 from services.notifier.settings import NotifierSettings
 from services.notifier.store import Notification, NotifierStore
 from switchboard.crypto import KeyRing
@@ -28,6 +31,7 @@ from tests.integration.notifier.conftest import RunningNotifier, WebhookReceiver
 from tests.integration.notifier.test_handoff import notifications, set_webhook, verify
 from tests.support.agents import tenant_session
 from tests.support.api import create_org
+from tests.support.ports import free_port
 from tests.support.stack import StackEndpoints
 
 pytestmark = pytest.mark.integration
@@ -179,7 +183,7 @@ async def test_a_pass_goes_through_every_due_org_page_by_page(
     monkeypatch.setattr(digest_push, "PAGE", 1)  # a page per org
     queued: list[tuple[uuid.UUID, str]] = []
 
-    async def record(org_id: uuid.UUID, notification: Notification) -> None:
+    async def record(org_id: uuid.UUID, notification: Notification, _: asyncio.Semaphore | None) -> None:
         queued.append((org_id, notification.event_type))
 
     engine = create_async_engine(stack.database_url)
@@ -192,4 +196,38 @@ async def test_a_pass_goes_through_every_due_org_page_by_page(
         assert sorted(queued) == sorted((each.org.org_id, "home.digest") for each in worlds)
         assert await digest_push.push_due(store, queue, asyncio.Semaphore(1), at_nine) == 0, "once a day"
     finally:
+        await engine.dispose()
+
+
+async def test_an_org_whose_webhook_is_down_does_not_keep_the_others_mornings_waiting(
+    stack: StackEndpoints,
+    keyring: KeyRing,
+    channel: ChannelServer,
+    world: World,
+    receiver: WebhookReceiver,
+    api: httpx.AsyncClient,
+) -> None:
+    """The push sends only so many at once, but a webhook that is down waits its backoff without
+    a slot: with one slot, the live org's digest arrives while the dead one is still retrying."""
+    day = date(2031, 7, 1)  # a day no other test's org has a digest of
+    other = World(create_org(stack.database_url), keyring, channel.url)
+    dead, live = sorted([world, other], key=lambda w: str(w.org.org_id))  # the pass meets the dead one first
+    await set_webhook(api, dead, f"http://127.0.0.1:{free_port()}/gone")
+    await set_webhook(api, live, receiver.url)
+    for each in (dead, live):
+        _set_org(each, time_zone="UTC", digest_hour=8)
+        _store_digests(each, {day: _digest(day, runs=1, todo=0)})
+    engine = create_async_engine(stack.database_url)
+    client = httpx.AsyncClient()
+    store = NotifierStore(create_async_sessionmaker(engine), keyring, waha_base_url="http://127.0.0.1:9")
+    patient = RetryPolicy(max_attempts=4, initial_backoff_s=4.0, max_backoff_s=4.0)  # up to 12 s of waiting
+    handlers = NotifierHandlers(store, ChannelRegistry(client, timeout_s=5), patient)
+    try:
+        at_nine = datetime(2031, 7, 1, 9, 0, tzinfo=UTC)
+        assert await digest_push.push_due(store, handlers.notifications, asyncio.Semaphore(1), at_nine) == 2
+        await eventually(lambda: len(receiver.hits), lambda n: n == 1, timeout=3.0)
+        assert [n.status for n in notifications(dead)] == ["pending"], "the dead one was still retrying"
+    finally:
+        await handlers.notifications.close(0)
+        await client.aclose()
         await engine.dispose()

@@ -16,7 +16,7 @@ def _notification() -> Notification:
 async def test_a_notification_submitted_while_the_queue_closes_is_left_for_the_sweep() -> None:
     delivered: list[uuid.UUID] = []
 
-    async def deliver(org_id: uuid.UUID, notification: Notification) -> None:
+    async def deliver(org_id: uuid.UUID, notification: Notification, _: asyncio.Semaphore | None) -> None:
         delivered.append(notification.id)
 
     queue = NotificationQueue(deliver)
