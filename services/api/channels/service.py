@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -114,6 +115,23 @@ def open_api_key(keyring: KeyRing, row: ChannelSession) -> str | None:
 class ChannelSessionArchived(Conflict):
     code = "channel_session_archived"
     default_message = "The channel session is archived: connect the number as a new session"
+
+
+def archived_at(session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID) -> datetime | None:
+    """When the session was archived (None: live, or unknown)."""
+    return session.scalar(
+        select(ChannelSession.archived_at).where(
+            ChannelSession.org_id == org_id, ChannelSession.id == channel_session_id
+        )
+    )
+
+
+def ensure_number_live(session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID) -> None:
+    """409 ``channel_session_archived`` when a conversation's number was archived: nothing sent or
+    woken for it could ever go out (a send by name might even leave through another number)."""
+    archived = archived_at(session, org_id, channel_session_id)
+    if archived is not None:
+        raise ChannelSessionArchived(details={"archived_at": archived.isoformat()})
 
 
 def live_session(

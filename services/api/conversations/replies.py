@@ -18,18 +18,17 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from services.api.channels.service import ChannelSessionArchived
+from services.api.channels.service import ensure_number_live
 from services.api.conversations import repository
 from services.api.conversations.service import NotHandedOff
 from services.api.core.errors import NotFound
 from switchboard.contracts import HumanMessageRequested, Serde, Topics
 from switchboard.db.audit import record_audit
 from switchboard.db.enums import ConversationStatus, MessageDeliveryStatus, MessageDirection, MessageSender
-from switchboard.db.models.channels import ChannelSession, Message
+from switchboard.db.models.channels import Message
 from switchboard.db.outbox import enqueue_record
 
 DEDUPE_PREFIX = "human:"
@@ -61,13 +60,7 @@ def send_human_message(
         return Sent(existing, created=False)
     if conversation.status != ConversationStatus.HANDOFF.value:
         raise NotHandedOff(details={"status": conversation.status})
-    archived_at = session.scalar(
-        select(ChannelSession.archived_at).where(
-            ChannelSession.org_id == org_id, ChannelSession.id == conversation.channel_session_id
-        )
-    )
-    if archived_at is not None:  # the number was given up: nothing goes out through it (docs/api.md ":archive")
-        raise ChannelSessionArchived(details={"archived_at": archived_at.isoformat()})
+    ensure_number_live(session, org_id, conversation.channel_session_id)
     message_id = uuid.uuid4()
     session.execute(
         insert(Message).values(

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
+from services.api.channels.service import ensure_number_live
 from services.api.conversations import repository
 from services.api.core.errors import Conflict, NotFound
 from switchboard.contracts import DispatchRequested, Serde, SteeringMessage, Topics, WakeContext, WakeReason
@@ -143,6 +144,7 @@ def hand_back(
         raise NotFound("No such conversation")
     if row.status != ConversationStatus.HANDOFF.value:
         raise NotHandedOff(details={"status": row.status})
+    ensure_number_live(session, org_id, row.channel_session_id)  # the agents could answer through nothing
     row.status = ConversationStatus.OPEN.value
     row.assigned_user_id = None
     # A group chat has no single contact and is never dispatched: nothing to wake.

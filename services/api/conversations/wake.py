@@ -20,6 +20,7 @@ from typing import Final
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from services.api.channels.service import ensure_number_live
 from services.api.conversations import repository
 from services.api.core.errors import Conflict, NotFound, ValidationFailed
 from switchboard.contracts import DispatchRequested, Serde, Topics, WakeContext, WakeReason
@@ -117,6 +118,7 @@ def wake(
     row = repository.by_id(session, org_id, conversation_id, for_update=True)
     if row is None:
         raise NotFound("No such conversation")
+    ensure_number_live(session, org_id, row.channel_session_id)
     if reason is WakeReason.ASSIGNMENT and context.assigned_by_user_id is None:
         context = context.model_copy(update={"assigned_by_user_id": actor_user_id})
     context = _check_context(session, row, reason, context)

@@ -30,11 +30,12 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
+from services.api.channels.service import ChannelSessionArchived, archived_at
 from services.api.conversations.wake import wake_dispatch
 from switchboard.contracts import Serde, Topics, WakeContext, WakeReason
 from switchboard.db import lookups
 from switchboard.db.enums import ConversationStatus, FollowupStatus
-from switchboard.db.models import ChannelSession, Conversation, ScheduledFollowup
+from switchboard.db.models import Conversation, ScheduledFollowup
 from switchboard.db.outbox import enqueue_record
 from switchboard.db.session import async_tenant_transaction
 from switchboard.observability.logging import get_logger
@@ -43,7 +44,7 @@ log = get_logger(__name__)
 
 NOT_DISPATCHABLE = "conversation_not_dispatchable"
 # A follow-up of a conversation whose number was archived (docs/api.md ":archive").
-CHANNEL_SESSION_ARCHIVED = "channel_session_archived"
+CHANNEL_SESSION_ARCHIVED = ChannelSessionArchived.code
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,7 @@ def fire_due(session: Session, serde: Serde, org_id: uuid.UUID, ids: list[uuid.U
             followup.error = NOT_DISPATCHABLE
             fired.append(Fired(followup.id, org_id, None))
             continue
-        if _number_archived(session, org_id, conversation.channel_session_id):
+        if archived_at(session, org_id, conversation.channel_session_id) is not None:
             followup.status = FollowupStatus.FAILED.value  # scheduled after the archive cancelled the rest
             followup.error = CHANNEL_SESSION_ARCHIVED
             fired.append(Fired(followup.id, org_id, None))
@@ -102,16 +103,6 @@ def fire_due(session: Session, serde: Serde, org_id: uuid.UUID, ids: list[uuid.U
         fired.append(Fired(followup.id, org_id, record.event_id))
     session.flush()
     return fired
-
-
-def _number_archived(session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID) -> bool:
-    """Whether the conversation's number was archived: a wake could answer through nothing."""
-    archived_at = session.scalar(
-        select(ChannelSession.archived_at).where(
-            ChannelSession.org_id == org_id, ChannelSession.id == channel_session_id
-        )
-    )
-    return archived_at is not None
 
 
 class FollowupScheduler:

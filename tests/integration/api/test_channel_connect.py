@@ -227,6 +227,13 @@ async def test_an_archived_number_is_logged_out_routes_and_sends_nothing_and_fre
         f"/api/v1/conversations/{conversation.id}/messages", json={"text": "Olá!"}, headers=org.headers()
     )
     assert reply.status_code == 409 and reply.json()["error"]["code"] == "channel_session_archived", reply.text
+    for woken in (
+        await public_client.post(f"/api/v1/conversations/{conversation.id}:handback", headers=org.headers()),
+        await public_client.post(
+            f"/api/v1/conversations/{conversation.id}:wake", json={"reason": "assignment"}, headers=org.headers()
+        ),
+    ):  # the agents could answer through nothing
+        assert woken.status_code == 409 and woken.json()["error"]["code"] == "channel_session_archived", woken.text
     with tenant_session(org) as db:
         kept = db.get(ScheduledFollowup, followup.id)
         assert kept is not None and (kept.status, kept.error) == ("cancelled", "channel_session_archived")
