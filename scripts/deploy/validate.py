@@ -548,20 +548,67 @@ def check_production_config(objects: list[dict[str, Any]]) -> list[Finding]:
     return findings
 
 
-def validate_objects(objects: list[dict[str, Any]]) -> list[Finding]:
+# Names reserved for documentation and tests (RFC 2606, RFC 6761): never a real endpoint.
+_EXAMPLE_DOMAINS = frozenset({"example.com", "example.net", "example.org"})
+_RESERVED_TLDS = frozenset({"example", "invalid", "test", "localhost"})
+
+
+def _placeholder(host: str) -> bool:
+    labels = host.lower().rstrip(".").split(".")
+    return ".".join(labels[-2:]) in _EXAMPLE_DOMAINS or labels[-1] in _RESERVED_TLDS
+
+
+def _hosts(value: str) -> list[str]:
+    """The hosts a setting names: URLs and ``host:port`` lists (Kafka's bootstrap servers)."""
+    hosts = []
+    for item in value.split(","):
+        item = item.strip()
+        if item:
+            hosts.append(urlsplit(item if "://" in item else f"//{item}").hostname or "")
+    return hosts
+
+
+def check_placeholders(objects: list[dict[str, Any]]) -> list[Finding]:
+    """A production overlay about to be applied names no example endpoint: the bundled prod overlay
+    carries ``*.example.com`` values and a ``registry.example.com`` image to show where yours go,
+    and applied as they are every reply, webhook and broker connection would fail. Run on an
+    overlay of yours (``--kustomization``), not on the bundled examples."""
+    config = switchboard_config(objects)
+    if config.get("SWITCHBOARD_ENV") != "production":
+        return []
+    findings = [
+        Finding("ConfigMap/switchboard-config", "placeholder", f"{name} still names the example host {host}")
+        for name, value in sorted(config.items())
+        for host in _hosts(value)
+        if host and _placeholder(host)
+    ]
+    for obj in objects:
+        pod = (obj.get("spec") or {}).get("template", {}).get("spec") or {}
+        for _, container in _containers(pod):
+            registry = str(container.get("image", "")).split("/", 1)[0]
+            if "." in registry and _placeholder(registry.split(":", 1)[0]):
+                where = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
+                findings.append(Finding(where, "placeholder", f"image {container.get('image')} is the example"))
+    return sorted(set(findings))
+
+
+def validate_objects(objects: list[dict[str, Any]], *, placeholders: bool = False) -> list[Finding]:
+    """Every rule; ``placeholders``: also refuse example endpoints (an overlay about to be applied)."""
     return (
         check_schemas(objects)
         + check_policies(objects)
         + sorted(set(check_workloads(objects) + check_topics(objects) + check_production_config(objects)))
+        + (check_placeholders(objects) if placeholders else [])
     )
 
 
-def validate_kustomization(path: Path) -> list[Finding]:
+def validate_kustomization(path: Path, *, placeholders: bool = False) -> list[Finding]:
     try:
         objects = render(path)
     except RuntimeError as exc:
         return [Finding(str(path), "render", str(exc))]
-    return [Finding(f"{path.name}: {f.where}", f.rule, f.message) for f in validate_objects(objects)]
+    findings = validate_objects(objects, placeholders=placeholders)
+    return [Finding(f"{path.name}: {f.where}", f.rule, f.message) for f in findings]
 
 
 # --------------------------------------------------------------------------- compose
@@ -748,12 +795,17 @@ def validate_all() -> dict[str, list[Finding]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kustomization", action="append", type=Path, help="validate this kustomization only")
+    parser.add_argument(
+        "--kustomization",
+        action="append",
+        type=Path,
+        help="validate this kustomization only, as one about to be applied (example endpoints are refused)",
+    )
     parser.add_argument("--compose", type=Path, help="validate this compose file only")
     parser.add_argument("--dockerfile", type=Path, help="lint this Dockerfile only")
     args = parser.parse_args(argv)
     if args.kustomization or args.compose or args.dockerfile:
-        results = {str(k): validate_kustomization(k) for k in args.kustomization or []}
+        results = {str(k): validate_kustomization(k, placeholders=True) for k in args.kustomization or []}
         if args.compose:
             results[str(args.compose)] = validate_compose(args.compose.resolve())
         if args.dockerfile:

@@ -205,3 +205,29 @@ def test_a_production_config_with_laptop_values_is_refused() -> None:
         assert any(message in f.message for f in findings), (name, findings)
     [different] = validate.check_production_config(config(API_WAHA_BASE_URL="http://other-waha:3000"))
     assert "one WAHA" in different.message
+
+
+def test_an_overlay_about_to_be_applied_names_no_example_endpoint() -> None:
+    """The bundled prod overlay shows where your values go with ``*.example.com`` hosts and a
+    ``registry.example.com`` image: applied as is, every broker connection, webhook and reply
+    fails. ``--kustomization`` (an overlay of yours) refuses them; the bundled examples pass."""
+    prod = OVERLAYS["prod"]
+    objects = validate.render(prod)
+    found = {(f.where, f.message.split(" still")[0]) for f in validate.check_placeholders(objects)}
+    assert ("ConfigMap/switchboard-config", "KAFKA_BOOTSTRAP_SERVERS") in found
+    assert ("ConfigMap/switchboard-config", "API_PUBLIC_URL") in found
+    assert any(f.startswith("Deployment/") and "registry.example.com" in m for f, m in found), found
+    assert validate.main(["--kustomization", str(prod)]) == 1
+    assert validate.validate_kustomization(prod) == [], "the bundled example itself passes make deploy-check"
+
+    real = {
+        "KAFKA_BOOTSTRAP_SERVERS": "kafka-0.kafka.acme.internal:9092",
+        "API_PUBLIC_URL": "https://switchboard.acme.com.br",
+    }
+    for obj in objects:
+        if obj.get("kind") == "ConfigMap" and obj["metadata"]["name"].startswith("switchboard-config"):
+            obj["data"] |= real
+        for container in containers(obj) if "template" in obj.get("spec", {}) else []:
+            container["image"] = "registry.acme.com.br/switchboard@sha256:" + "a" * 64
+    assert validate.check_placeholders(objects) == []
+    assert validate.check_placeholders([{**o, "data": {"SWITCHBOARD_ENV": "development"}} for o in objects]) == []
