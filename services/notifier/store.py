@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import TextClause, bindparam, event, exists, or_, select, text, update
+from sqlalchemy import TextClause, bindparam, event, or_, select, text, update
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -36,6 +36,7 @@ from switchboard.db.models.notifications import (
     RunDelivery,
     org_webhook_aad,
 )
+from switchboard.db.queued_messages import APPROVED, cancel_queued_messages
 from switchboard.db.session import async_tenant_transaction
 from switchboard.internal_chats import is_internal_chat
 from switchboard.observability.scrubbing import scrub_text
@@ -79,7 +80,7 @@ _INTENTS = text(
 # was lost, its recovery attempt withdraws them (services/runner/superseded.py): an approval
 # arriving meanwhile must not send them.
 _APPROVED_INTENTS = text(
-    f"SELECT i.id, i.channel_session_id, i.body, cv.chat_id {_INTENTS_FROM} AND i.attributes ? 'approved'"
+    f"SELECT i.id, i.channel_session_id, i.body, cv.chat_id {_INTENTS_FROM} AND i.attributes ? '{APPROVED}'"
     " ORDER BY i.created_at, i.id"
 ).bindparams(*(bindparam(n, type_=_UUID) for n in ("org_id", "run_id")))
 # A run's claim in one round trip: its intents, oldest first, then its reply (recorded here).
@@ -269,7 +270,7 @@ class NotifierStore:
             if erased:
                 # Erased after the run answered (docs/api.md "Erasing a contact"): the reply is
                 # not stored (its text would be personal data again) and nothing is sent.
-                await _cancel_intents(session, org_id, completed.run_id, CONTACT_ERASED)
+                await cancel_queued_messages(session, org_id, completed.run_id, CONTACT_ERASED, keep_approved=False)
                 return RunClaims([])
             if reply is None:
                 candidates = await self._intents(session, org_id, completed.run_id)
@@ -611,7 +612,7 @@ class NotifierStore:
         Not what an owner approved on the run (``attributes.approved``): that is the owner's act, not
         the run's, and goes out with the approval (``claim_intents``) however the run ended."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            return await _cancel_intents(session, org_id, run_id, reason, keep_approved=True)
+            return await cancel_queued_messages(session, org_id, run_id, reason, keep_approved=True)
 
     # ------------------------------------------------------------------ humans
 
@@ -758,28 +759,6 @@ class NotifierStore:
                     sent_at=datetime.now(UTC) if state is NotificationState.SENT else None,
                 )
             )
-
-
-async def _cancel_intents(
-    session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID, reason: str, *, keep_approved: bool = False
-) -> int:
-    """Mark the run's queued, unclaimed intents failed with ``reason`` (in the caller's transaction);
-    with ``keep_approved``, not those an owner's approval queued."""
-    conditions = [
-        Message.org_id == org_id,
-        Message.run_id == run_id,
-        Message.direction == MessageDirection.OUTBOUND.value,
-        Message.delivery_status == MessageDeliveryStatus.PENDING.value,
-        ~exists().where(RunDelivery.message_id == Message.id),
-    ]
-    if keep_approved:
-        conditions.append(~Message.attributes.has_key("approved"))
-    result = await session.execute(
-        update(Message)
-        .where(*conditions)
-        .values(delivery_status=MessageDeliveryStatus.FAILED.value, delivery_error=reason)
-    )
-    return int(getattr(result, "rowcount", 0) or 0)
 
 
 async def _expire_left_claim(session: AsyncSession, org_id: uuid.UUID, candidate: _Candidate, channel: str) -> None:

@@ -32,18 +32,18 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import ColumnElement, exists, func, select, update
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from switchboard.contracts import RunRequested, Serde, Topics
 from switchboard.contracts.enums import ErrorFamily, InsightStatus
-from switchboard.db.enums import DecisionStatus, FollowupStatus, MessageDeliveryStatus, MessageDirection
+from switchboard.db.enums import DecisionStatus, FollowupStatus, MessageDeliveryStatus
 from switchboard.db.insights import status_record
 from switchboard.db.models import AgentDecision, AiAgentRun, Message, ScheduledFollowup
 from switchboard.db.models.autonomy import WorkspaceInsight
-from switchboard.db.models.notifications import RunDelivery
 from switchboard.db.outbox import enqueue_record
+from switchboard.db.queued_messages import queued
 from switchboard.observability.logging import get_logger
 from switchboard.run_outcomes import WITHDRAWN_RUN_LOST
 
@@ -93,13 +93,7 @@ async def withdraw_lost_attempt(session: AsyncSession, serde: Serde, request: Ru
         session,
         Message,
         org_id,
-        [
-            Message.run_id == parent_id,
-            Message.direction == MessageDirection.OUTBOUND.value,
-            Message.delivery_status == MessageDeliveryStatus.PENDING.value,
-            ~Message.attributes.has_key("approved"),
-            ~exists().where(RunDelivery.message_id == Message.id),
-        ],
+        queued(org_id, parent_id, keep_approved=True),
         {"delivery_status": MessageDeliveryStatus.FAILED.value, "delivery_error": WITHDRAWN},
     )
     followups = await _update_unheld(

@@ -19,6 +19,7 @@ from sqlalchemy import or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from services.api.channels.service import archived_at
 from switchboard.db.enums import (
     ACTIVE_RUN_STATUSES,
     FollowupStatus,
@@ -26,7 +27,8 @@ from switchboard.db.enums import (
     MessageDirection,
     MessageSender,
 )
-from switchboard.db.models import AiAgentRun, ChannelSession, Contact, Conversation, Message, ScheduledFollowup
+from switchboard.db.models import AiAgentRun, Contact, Conversation, Message, ScheduledFollowup
+from switchboard.db.queued_messages import APPROVED
 from switchboard.db.session import async_tenant_transaction
 from switchboard.run_outcomes import WITHDRAWN_RUN_LOST
 from switchboard.run_tokens import RunTokenClaims
@@ -89,12 +91,8 @@ class CrmTools:
             if status not in ACTIVE_RUN_STATUSES:
                 raise ToolFailure("this run has ended (a newer attempt took over, or it was stopped): nothing was done")
         conversation = await self._conversation(session, claims)
-        archived_at = await session.scalar(
-            select(ChannelSession.archived_at).where(
-                ChannelSession.org_id == claims.org_id, ChannelSession.id == conversation.channel_session_id
-            )
-        )
-        if archived_at is not None:  # nothing goes out through a number given up (docs/api.md ":archive")
+        archived = await session.run_sync(lambda s: archived_at(s, claims.org_id, conversation.channel_session_id))
+        if archived is not None:  # nothing goes out through a number given up (docs/api.md ":archive")
             raise ToolFailure("this conversation's WhatsApp number was archived: nothing can be sent or scheduled")
         return conversation
 
@@ -190,7 +188,7 @@ class CrmTools:
                         "intent": "crm_send_whatsapp_message",
                         "agent_id": str(claims.agent_id),
                         # The owner approved it: a recovery attempt never withdraws it (runner/superseded.py).
-                        **({"approved": True} if claims.approved else {}),
+                        **({APPROVED: True} if claims.approved else {}),
                     },
                 )
                 .on_conflict_do_nothing()
