@@ -154,6 +154,7 @@ class ChannelServer:
         self._callbacks: set[asyncio.Task[None]] = set()
         self._client: aiohttp.ClientSession | None = None
         self._failures: list[int] = []
+        self._failures_after_send: list[int] = []
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -204,9 +205,15 @@ class ChannelServer:
         """Answer the next ``times`` sendText calls with ``status`` (recorded like the others)."""
         self._failures.extend([status] * times)
 
+    def fail_next_after_sending(self, status: int, times: int = 1) -> None:
+        """The next ``times`` sendText calls send the message (echo and receipts included) and then
+        answer ``status``: a server error after the fact, whose sender cannot tell it went out."""
+        self._failures_after_send.extend([status] * times)
+
     def recover(self) -> None:
         """Forget the failures still queued: the next sendText calls succeed."""
         self._failures.clear()
+        self._failures_after_send.clear()
 
     async def wait_for(self, count: int, timeout: float) -> list[SentText]:
         """Until at least ``count`` calls were received (any status); TimeoutError otherwise."""
@@ -246,6 +253,9 @@ class ChannelServer:
         message_id = f"true_{sent.chat_id}_{uuid.uuid4().hex[:20].upper()}"
         await self._echo(sent, message_id)
         self._send_receipts(sent, message_id)
+        if self._failures_after_send:
+            failure = self._failures_after_send.pop(0)
+            return web.json_response({"error": f"simulated failure {failure} after sending"}, status=failure)
         return web.json_response(
             {
                 "id": message_id,

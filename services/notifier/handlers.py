@@ -165,21 +165,23 @@ class NotifierHandlers:
     def _one_attempt(
         self, claimed: Claimed, where: dict[str, str], *, for_agents: bool, org_id: uuid.UUID
     ) -> Callable[[], Awaitable[Outcome]]:
-        """A retry's attempt. No message is sent once its number was archived while it waited its
-        backoff (``channel_session_archived``), and an agent's message not once people took the
+        """A retry's attempt. A message the channel echoed meanwhile went out: an earlier attempt
+        whose answer was lost (a timeout, a 500) had sent it, and it is recorded sent, not sent
+        again. No message is sent once its number was archived while it waited its backoff
+        (``channel_session_archived``), and an agent's message not once people took the
         conversation over (``conversation_with_humans``): it ends failed."""
 
         async def attempt() -> Outcome:
-            if await self._store.channel_archived_since_claimed(org_id, claimed.message_id):
-                log.info(
-                    "retry withheld: the number was archived", extra={**where, "message_id": str(claimed.message_id)}
-                )
+            gate = await self._store.retry_gate(org_id, claimed.message_id)
+            message = {**where, "message_id": str(claimed.message_id)}
+            if gate.echoed_external_id is not None:
+                log.info("retry not needed: the channel echoed the message, it went out", extra=message)
+                return Outcome(attempts=0, result=SendResult(gate.echoed_external_id))
+            if gate.archived:
+                log.info("retry withheld: the number was archived", extra=message)
                 return Outcome(attempts=0, error=ChannelError(ARCHIVED, "the number was archived", transient=False))
-            if for_agents and await self._store.taken_over_since_claimed(org_id, claimed.message_id):
-                log.info(
-                    "retry withheld: people own the conversation",
-                    extra={**where, "message_id": str(claimed.message_id)},
-                )
+            if for_agents and gate.with_humans:
+                log.info("retry withheld: people own the conversation", extra=message)
                 return Outcome(attempts=0, error=ChannelError(WITH_HUMANS, WITHHELD_MESSAGE, transient=False))
             return await self._attempt(claimed, where)
 

@@ -81,7 +81,7 @@ class RetryQueue:
     async def _run(self, retry: Retry) -> None:
         attempts, error = retry.attempts, retry.error
         while attempts < self._policy.max_attempts:
-            await self._sleep(self._policy.backoff(attempts))
+            await self._sleep(self._policy.wait_before_retry(attempts, error))
             outcome = await retry.send_once()
             attempts += outcome.attempts
             if outcome.error is None or not outcome.error.transient:

@@ -22,11 +22,19 @@ class RetryPolicy:
     max_attempts: int = 5
     initial_backoff_s: float = 0.5
     max_backoff_s: float = 30.0
+    # After an ambiguous failure (``ChannelError.ambiguous``) the retry waits at least this long,
+    # so the channel's echo of a send that went out after all has arrived before it is repeated.
+    echo_wait_s: float = 2.0
 
     def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
         """Full jitter: uniform in [0, min(cap, initial * 2^(attempt-1))] (attempt is 1-based)."""
         ceiling = min(self.max_backoff_s, self.initial_backoff_s * (2 ** (attempt - 1)))
         return (rng or random).uniform(0, ceiling)
+
+    def wait_before_retry(self, attempt: int, error: ChannelError) -> float:
+        """The backoff, and never less than ``echo_wait_s`` when ``error`` leaves the send in doubt."""
+        delay = self.backoff(attempt)
+        return max(delay, self.echo_wait_s) if error.ambiguous else delay
 
 
 @dataclass(frozen=True)

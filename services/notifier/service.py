@@ -80,7 +80,12 @@ class Notifier:
         handlers = NotifierHandlers(
             store,
             ChannelRegistry(client, timeout_s=settings.send_timeout_s),
-            RetryPolicy(settings.send_max_attempts, settings.send_backoff_initial_s, settings.send_backoff_max_s),
+            RetryPolicy(
+                settings.send_max_attempts,
+                settings.send_backoff_initial_s,
+                settings.send_backoff_max_s,
+                settings.send_echo_wait_s,
+            ),
             self._overrides.hooks,
         )
         group = settings.kafka.consumer_group(settings.group_id)  # scoped like the topics

@@ -25,6 +25,10 @@ class NotifierSettings(ServiceSettings):
     send_max_attempts: int = Field(default=5, ge=1, le=20)
     send_backoff_initial_s: float = Field(default=0.5, gt=0)
     send_backoff_max_s: float = Field(default=30.0, gt=0)
+    # After a failure that leaves the send in doubt (a timeout, a dropped exchange, a 500 or 504),
+    # the retry waits at least this long and first looks for the channel's echo of the message:
+    # found, the message went out and is recorded sent, not sent again (docs/notifier.md "Retries").
+    send_echo_wait_s: float = Field(default=2.0, ge=0, le=60)
     db_pool_size: int = Field(default=5, ge=1)
     # A claim still `sending` this long was left by a notifier that stopped mid-retry: `unknown`
     # (well above the longest retry: attempts x (timeout + backoff cap)).

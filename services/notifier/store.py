@@ -231,6 +231,17 @@ class RunClaims:
 
 
 @dataclass(frozen=True)
+class RetryGate:
+    """Before a retry: whether the message already went out (the channel's echo of an attempt whose
+    answer was lost gave it its id: ingest's ``claim_own_echo``), its number was archived, or people
+    own its conversation (took it over after the message was claimed, maybe handed back since)."""
+
+    echoed_external_id: str | None = None
+    archived: bool = False
+    with_humans: bool = False
+
+
+@dataclass(frozen=True)
 class Notification:
     id: uuid.UUID
     event_id: uuid.UUID
@@ -509,35 +520,33 @@ class NotifierStore:
                 session, org_id, run_id, claimed, outcome="failed", error_code=error_code, attempts=attempts
             )
 
-    async def taken_over_since_claimed(self, org_id: uuid.UUID, message_id: uuid.UUID) -> bool:
-        """Whether people took the message's conversation over after the message was claimed (it
-        may be handed back since): a retry of an agent's message waiting its backoff must not
-        send it then. Not locked: a takeover while the attempt is on the wire does not stop it."""
+    async def retry_gate(self, org_id: uuid.UUID, message_id: uuid.UUID) -> RetryGate:
+        """What a retry waiting its backoff must know before it sends again (one read, not locked: a
+        takeover or an archive while the attempt is on the wire does not stop it)."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            taken = await session.scalar(
-                select(
-                    or_(
-                        Conversation.status == ConversationStatus.HANDOFF.value,
-                        Conversation.handoff_at > Message.created_at,
+            row = (
+                await session.execute(
+                    select(
+                        Message.external_id,
+                        ChannelSession.archived_at,
+                        or_(
+                            Conversation.status == ConversationStatus.HANDOFF.value,
+                            Conversation.handoff_at > Message.created_at,
+                        ).label("with_humans"),
                     )
+                    .select_from(Message)
+                    .join(Conversation, Conversation.id == Message.conversation_id)
+                    .outerjoin(ChannelSession, ChannelSession.id == Message.channel_session_id)
+                    .where(Message.org_id == org_id, Message.id == message_id)
                 )
-                .select_from(Message)
-                .join(Conversation, Conversation.id == Message.conversation_id)
-                .where(Message.org_id == org_id, Message.id == message_id)
+            ).one_or_none()
+            if row is None:
+                return RetryGate()
+            return RetryGate(
+                echoed_external_id=row.external_id,
+                archived=row.archived_at is not None,
+                with_humans=bool(row.with_humans),
             )
-            return bool(taken)
-
-    async def channel_archived_since_claimed(self, org_id: uuid.UUID, message_id: uuid.UUID) -> bool:
-        """Whether the message's channel session was archived (after its claim read the route): a
-        retry must not send by a name that may be another session's now."""
-        async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            archived_at = await session.scalar(
-                select(ChannelSession.archived_at)
-                .select_from(Message)
-                .join(ChannelSession, ChannelSession.id == Message.channel_session_id)
-                .where(Message.org_id == org_id, Message.id == message_id)
-            )
-            return archived_at is not None
 
     async def record_interrupted(
         self, org_id: uuid.UUID, run_id: uuid.UUID | None, claimed: Claimed, *, attempts: int

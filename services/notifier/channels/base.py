@@ -17,6 +17,11 @@ import httpx
 
 from switchboard.egress import EgressRefused
 
+TIMEOUT = "timeout"
+TRANSPORT_ERROR = "transport_error"
+# Server errors that say the request was not handled: a gateway with no upstream, a server not ready.
+_NOT_TAKEN = frozenset({502, 503})
+
 
 @dataclass(frozen=True)
 class Destination:
@@ -45,6 +50,15 @@ class ChannelError(Exception):
         self.transient = transient
         self.status = status
 
+    @property
+    def ambiguous(self) -> bool:
+        """The request may have reached the channel and been sent all the same: no answer in time, a
+        connection dropped mid-exchange, or a server error other than "not taken" (502, 503: a proxy
+        or a server that did not handle it). A retry first waits for the channel's echo of it."""
+        if self.code in (TIMEOUT, TRANSPORT_ERROR):
+            return True
+        return self.status is not None and self.status >= 500 and self.status not in _NOT_TAKEN
+
 
 def is_transient_status(status: int) -> bool:
     """5xx and 429 may heal by themselves; every other 4xx will not."""
@@ -70,13 +84,13 @@ async def post_json(
             url, content=content, headers={"Content-Type": "application/json", **headers}, timeout=timeout_s
         )
     except httpx.TimeoutException as exc:
-        raise ChannelError("timeout", f"no answer from the channel within {timeout_s}s", transient=True) from exc
+        raise ChannelError(TIMEOUT, f"no answer from the channel within {timeout_s}s", transient=True) from exc
     except EgressRefused as exc:  # the tenant's URL leads where the policy forbids: it will not change by itself
         raise ChannelError(exc.code, str(exc), transient=False) from exc
     except httpx.ConnectError as exc:  # the request never left: always safe to repeat
         raise ChannelError("connect_error", "could not connect to the channel", transient=True) from exc
     except httpx.TransportError as exc:
-        raise ChannelError("transport_error", f"the exchange failed: {type(exc).__name__}", transient=True) from exc
+        raise ChannelError(TRANSPORT_ERROR, f"the exchange failed: {type(exc).__name__}", transient=True) from exc
     raise_for_response(response)
     return response
 

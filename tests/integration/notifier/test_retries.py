@@ -20,8 +20,10 @@ from switchboard.crypto import KeyRing
 from switchboard.db.enums import Role
 from switchboard.db.models import ChannelSession
 from switchboard.settings import KafkaSettings
+from tests.integration.api.test_webhook import message_event
 from tests.integration.notifier.conftest import API_KEY, RunningNotifier, World, eventually
 from tests.integration.notifier.test_handoff import notifications
+from tests.integration.notifier.test_phone_takeover import send, webhook_channel
 from tests.support.agents import tenant_session
 from tests.support.api import create_org
 from tests.support.stack import StackEndpoints
@@ -215,5 +217,60 @@ async def test_a_reply_waiting_for_its_retry_is_not_sent_once_it_may_no_longer_g
         assert len(channel.received) == attempts and channel.delivered == [], "nothing reached the customer"
         [message] = world.outbound(stuck.run_id)
         assert (message.delivery_status, message.delivery_error) == ("failed", error_code)
+    finally:
+        await notifier.stop()
+
+
+async def test_a_send_the_channel_made_before_failing_is_recorded_sent_from_its_echo_not_sent_again(
+    keyring: KeyRing,
+    world: World,
+    channel: ChannelServer,
+    api: httpx.AsyncClient,
+    notifier_settings: NotifierSettings,
+    publish: Publish,
+) -> None:
+    """WAHA sent the reply, then answered 500 (or its answer never came): WhatsApp has no idempotency
+    key, so a blind retry would give the customer the reply twice. The retry waits for the channel's
+    ``message.any`` echo (ingested by the real API, which gives the reply its channel id) and records
+    the reply sent from it instead of sending it again."""
+    line = await webhook_channel(world, api)
+    channel.fail_next_after_sending(500)
+    notifier = await RunningNotifier(_patient(notifier_settings, send_echo_wait_s=3.0), keyring).wait_ready()
+    try:
+        reply = world.run(text="Seu pedido saiu hoje.")
+        await publish(Topics.RUN_COMPLETED, reply)
+        [sent] = await channel.wait_for(1, timeout=20)
+        echo = message_event(line, chat=world.chat_id, body=sent.text, from_me=True, event="message.any")
+        echoed = await send(api, line, world.chat_id, sent.text, from_me=True, event=echo)
+        assert echoed["reason"] == "echo"
+
+        [delivery] = await eventually(
+            lambda: world.deliveries(reply.run_id), lambda d: [x.status for x in d] == ["sent"]
+        )
+        assert delivery.external_id == echo["payload"]["id"]
+        assert delivery.attempts == 1
+        await asyncio.sleep(0.5)
+        assert [s.text for s in channel.received] == ["Seu pedido saiu hoje."], "sent once, never again"
+    finally:
+        await notifier.stop()
+
+
+async def test_a_server_error_without_an_echo_is_still_retried(
+    keyring: KeyRing, world: World, channel: ChannelServer, notifier_settings: NotifierSettings, publish: Publish
+) -> None:
+    """No echo came (the channel did not send it, or its session reports no ``message.any``): the
+    retry sends, after at least the echo wait — the reply is not given up for a doubt."""
+    channel.fail_next(500)
+    notifier = await RunningNotifier(_patient(notifier_settings, send_echo_wait_s=0.5), keyring).wait_ready()
+    try:
+        reply = world.run(text="Chega amanhã.")
+        await publish(Topics.RUN_COMPLETED, reply)
+        [delivery] = await eventually(
+            lambda: world.deliveries(reply.run_id), lambda d: [x.status for x in d] == ["sent"]
+        )
+        assert delivery.attempts == 2
+        first, second = channel.received
+        assert (first.status_returned, second.status_returned) == (500, 201)
+        assert (second.received_at - first.received_at).total_seconds() >= 0.5
     finally:
         await notifier.stop()

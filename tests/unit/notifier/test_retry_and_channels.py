@@ -172,3 +172,24 @@ async def test_waha_renders_markdown_only_for_what_a_model_wrote(from_model: boo
         destination = Destination("http://waha", "s", "55@c.us", secret="k")
         await channel.send(destination, "**Pedido** enviado", idempotency_key="m1", from_model=from_model)
     assert bodies == [sent]
+
+
+@pytest.mark.parametrize(
+    ("error", "ambiguous"),
+    [
+        (ChannelError("timeout", "no answer", transient=True), True),
+        (ChannelError("transport_error", "dropped", transient=True), True),
+        (ChannelError("http_500", "boom", transient=True, status=500), True),
+        (ChannelError("http_504", "gateway timeout", transient=True, status=504), True),
+        (ChannelError("http_502", "bad gateway", transient=True, status=502), False),
+        (ChannelError("http_503", "not ready", transient=True, status=503), False),
+        (ChannelError("http_429", "slow down", transient=True, status=429), False),
+        (ChannelError("connect_error", "never left", transient=True), False),
+    ],
+)
+def test_a_failure_leaves_the_send_in_doubt_only_when_the_request_may_have_been_handled(
+    error: ChannelError, ambiguous: bool
+) -> None:
+    assert error.ambiguous is ambiguous
+    policy = RetryPolicy(initial_backoff_s=0.01, max_backoff_s=0.01, echo_wait_s=2.0)
+    assert (policy.wait_before_retry(1, error) >= 2.0) is ambiguous
