@@ -24,7 +24,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
-from services.api.mcp.tools import ToolFailure
+from services.api.mcp.tools import ToolFailure, ensure_run_going
 from switchboard.areas import area_slugs, is_area
 from switchboard.autonomy import InsightNote, publish_insight
 from switchboard.contracts import Serde
@@ -188,5 +188,6 @@ class AnalysisTools:
             return {"status": "not_published", "reason": "dry run", "count": len(parsed)}
         serde, now = self._serde(), datetime.now(UTC)
         async with self.sessions() as session, async_tenant_transaction(session, claims.org_id):
+            await ensure_run_going(session, claims)
             published = await session.run_sync(lambda s: publish_items(s, serde, claims, parsed, now))
         return {"status": "published", "insights": published}

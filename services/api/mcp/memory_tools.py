@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from services.api.mcp.tools import ToolFailure
+from services.api.mcp.tools import ToolFailure, ensure_run_going
 from switchboard.db.models import Conversation
 from switchboard.db.models.memory import MAX_FACT_CHARS, FactScope, FactSource, MemoryFact, normalized_fact
 from switchboard.db.session import async_tenant_transaction
@@ -46,6 +46,7 @@ async def save_fact(
     if claims.conversation_id is None:
         raise ToolFailure("this run has no conversation")
     async with sessions() as session, async_tenant_transaction(session, claims.org_id):
+        await ensure_run_going(session, claims)
         contact_id = await session.scalar(
             select(Conversation.contact_id).where(
                 Conversation.org_id == claims.org_id, Conversation.id == claims.conversation_id

@@ -59,6 +59,24 @@ def _iso(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat(timespec="seconds") if value else None
 
 
+async def ensure_run_going(session: AsyncSession, claims: RunTokenClaims) -> None:
+    """Every write tool's first step: a run closed meanwhile — superseded by a newer attempt, lost,
+    stopped — writes nothing (its token outlives it by design: at least an hour). Its runner may not
+    know yet (a call already on its way, a process that lost its lease), and a message, follow-up,
+    fact or insight written now would double the attempt that took over, or outlive a stop. The run
+    row is read ``FOR SHARE``: a claim closing it waits for this write, or this write sees it
+    closed. An owner's approval acts after its run ended, by design (``claims.approved``)."""
+    if claims.approved:
+        return
+    status = await session.scalar(
+        select(AiAgentRun.status)
+        .where(AiAgentRun.org_id == claims.org_id, AiAgentRun.id == claims.run_id)
+        .with_for_update(read=True)
+    )
+    if status not in ACTIVE_RUN_STATUSES:
+        raise ToolFailure("this run has ended (a newer attempt took over, or it was stopped): nothing was done")
+
+
 @dataclass
 class CrmTools:
     sessions: async_sessionmaker[AsyncSession]
@@ -74,22 +92,10 @@ class CrmTools:
         return conversation
 
     async def _writable_conversation(self, session: AsyncSession, claims: RunTokenClaims) -> Conversation:
-        """The conversation a write acts on, once its run is known to be still going.
-
-        A run closed meanwhile — superseded by a newer attempt, lost, stopped — writes nothing: its
-        runner may not know yet (a call already on its way, a process that lost its lease), and a
-        message or follow-up written now would double the attempt that took over. The run row is
-        read ``FOR SHARE``: a claim closing it waits for this write, or this write sees it closed.
-        An owner's approval acts after its run ended, by design (``claims.approved``). Nothing is
-        written for a conversation whose number was archived: it could never be sent."""
-        if not claims.approved:
-            status = await session.scalar(
-                select(AiAgentRun.status)
-                .where(AiAgentRun.org_id == claims.org_id, AiAgentRun.id == claims.run_id)
-                .with_for_update(read=True)
-            )
-            if status not in ACTIVE_RUN_STATUSES:
-                raise ToolFailure("this run has ended (a newer attempt took over, or it was stopped): nothing was done")
+        """The conversation a write acts on, once its run is known to be still going
+        (``ensure_run_going``). Nothing is written for a conversation whose number was archived:
+        it could never be sent."""
+        await ensure_run_going(session, claims)
         conversation = await self._conversation(session, claims)
         archived = await session.run_sync(lambda s: archived_at(s, claims.org_id, conversation.channel_session_id))
         if archived is not None:  # nothing goes out through a number given up (docs/api.md ":archive")

@@ -30,7 +30,9 @@ from switchboard.settings import DatabaseSettings
 from switchboard.tool_catalog import (
     CANCEL_FOLLOWUP,
     CONVERSATION_HISTORY,
+    INSIGHTS_PUBLISH,
     LIST_FOLLOWUPS,
+    MEMORY_SAVE_FACT,
     SCHEDULE_FOLLOWUP,
     SEARCH_CONTACTS,
     SEND_WHATSAPP_MESSAGE,
@@ -244,23 +246,31 @@ async def test_a_write_whose_call_failed_in_transport_is_never_sent_twice(rh: Ru
 
 async def test_a_run_closed_meanwhile_writes_nothing(rh: RunnerHarness) -> None:
     """A superseded or lost run whose runner does not know yet (a call on its way, a process that
-    lost its lease) must not send or schedule: the attempt that took over does it once."""
+    lost its lease) must not send, schedule, remember or publish: the attempt that took over does it
+    once — and a token that outlives its run (an hour at least) writes nothing either."""
     agent = create_agent(rh.db)
-    token = run_token(agent, {SEND_WHATSAPP_MESSAGE, SCHEDULE_FOLLOWUP, CONVERSATION_HISTORY}, rh=rh)
+    writes = {SEND_WHATSAPP_MESSAGE, SCHEDULE_FOLLOWUP, MEMORY_SAVE_FACT, INSIGHTS_PUBLISH}
+    token = run_token(agent, {*writes, CONVERSATION_HISTORY}, rh=rh)
     run_id = verify_run_token(RunTokenSettings().secret(), token).run_id
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
         session.execute(update(AiAgentRun).where(AiAgentRun.id == run_id).values(status="failed"))
+    insight = {"key": "late_orders", "area": "sales", "title": "Pedidos atrasados"}
     async with mcp(rh, token) as client:
-        sent = await client.call_tool(SEND_WHATSAPP_MESSAGE, {"text": "Seu pedido saiu"})
-        scheduled = await client.call_tool(SCHEDULE_FOLLOWUP, {"reason": "retorno", "due_in_minutes": 60})
+        refused = [
+            await client.call_tool(SEND_WHATSAPP_MESSAGE, {"text": "Seu pedido saiu"}),
+            await client.call_tool(SCHEDULE_FOLLOWUP, {"reason": "retorno", "due_in_minutes": 60}),
+            await client.call_tool(MEMORY_SAVE_FACT, {"fact": "Prefere entrega à tarde", "scope": "org"}),
+            await client.call_tool(INSIGHTS_PUBLISH, {"items": [insight]}),
+        ]
         read = await client.call_tool(CONVERSATION_HISTORY, {})
-    for refused in (sent, scheduled):
-        assert refused.is_error and "has ended" in refused.content[0].text  # type: ignore[union-attr]
+    for result in refused:
+        assert result.is_error and "has ended" in result.content[0].text  # type: ignore[union-attr]
     assert not read.is_error, "reading stays allowed"
     written = rh.scalar(
         agent.org_id,
         "SELECT (SELECT count(*) FROM messages WHERE run_id = :r) + (SELECT count(*) FROM scheduled_followups"
-        " WHERE created_by_run_id = :r)",
+        " WHERE created_by_run_id = :r) + (SELECT count(*) FROM memory_facts WHERE source_run_id = :r)"
+        " + (SELECT count(*) FROM workspace_insights WHERE run_id = :r)",
         r=run_id,
     )
     assert written == 0
