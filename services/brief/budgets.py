@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
@@ -170,8 +170,13 @@ def evaluate_run(session: Session, serde: Serde, record: RunCompleted, tz: ZoneI
     if level is IncidentSeverity.HARD:
         # Lock before deciding: a concurrent publish or pause of the agent serializes with us.
         agent = lock_agent(session, org_id, agent_id) or agent
+    # A past month's record (a replay, a brief that lagged across the month's end) says nothing
+    # about now: the agent runs on this month's budget, and pausing it for October's spend in
+    # December stopped an agent republished for the new month. Its incident is still recorded.
+    this_month = month >= month_start(datetime.now(UTC))
     pause = (
         level is IncidentSeverity.HARD
+        and this_month
         and cap.hard_action is BudgetAction.PAUSE_AGENT
         and agent.published_version_id is not None
         and agent.archived_at is None

@@ -32,6 +32,7 @@ from switchboard.db.models.autonomy import (
     WorkspaceInsight,
 )
 from switchboard.db.models.brief import BriefFact, BriefFactKind
+from switchboard.run_outcomes import WITH_HUMANS
 
 # How far back an undecided proposal or an open insight is carried into a day's to-do list.
 # Older ones are still listed by the API (/decisions?status=proposed, /insights?status=new);
@@ -122,16 +123,20 @@ def _facts(session: Session, org_id: uuid.UUID, day: date, kind: BriefFactKind) 
 # young database, statistics not yet gathered) scanned the table once per fact — 90 ms a batch
 # at 660 runs in the end-to-end benchmark (2026-12-04), growing with the square of the day's runs.
 # A reply is claimed when its run ends, so its row is no older than the day before the run's.
+# A reply withheld because people took the conversation over (``conversation_with_humans``) is
+# neither a reply nor "not delivered": nothing failed, the notifier held it back on purpose.
 _RUN_TOTALS = text(
-    """
+    f"""
     WITH refused AS (
-        SELECT DISTINCT d.run_id FROM run_deliveries AS d
+        SELECT d.run_id, bool_and(d.error_code IS NOT DISTINCT FROM '{WITH_HUMANS}') AS withheld
+        FROM run_deliveries AS d
         WHERE d.org_id = :org_id AND d.created_at >= CAST(:day AS date) - 1
           AND d.kind = 'reply' AND d.status = 'failed'
+        GROUP BY d.run_id
     )
     SELECT count(*) FILTER (WHERE NOT t.handed_back) AS runs,
            count(*) FILTER (WHERE t.replied AND NOT t.failed) AS replies,
-           count(*) FILTER (WHERE t.replied AND t.failed) AS undelivered,
+           count(*) FILTER (WHERE t.replied AND t.failed AND NOT t.withheld) AS undelivered,
            count(*) FILTER (WHERE t.unanswered) AS unanswered,
            coalesce(sum(t.cost), 0) AS spend
     FROM (
@@ -139,7 +144,8 @@ _RUN_TOTALS = text(
                (f.payload ->> 'cost_micros')::bigint AS cost,
                coalesce((f.payload ->> 'handed_back')::boolean, false) AS handed_back,
                coalesce((f.payload ->> 'unanswered')::boolean, false) AS unanswered,
-               refused.run_id IS NOT NULL AS failed
+               refused.run_id IS NOT NULL AS failed,
+               coalesce(refused.withheld, false) AS withheld
         FROM brief_facts AS f
         LEFT JOIN refused ON refused.run_id = (f.payload ->> 'run_id')::uuid
         WHERE f.org_id = :org_id AND f.day = :day AND f.kind = :kind

@@ -4,7 +4,7 @@ as a ``published`` paused record in the outbox), and reprocessing never duplicat
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import select
@@ -18,7 +18,7 @@ from switchboard.db.models.autonomy import WorkspaceInsight
 from switchboard.db.models.brief import BriefFact
 from switchboard.db.models.budgets import BudgetIncident, BudgetPolicy
 from switchboard.db.models.outbox import OutboxEvent
-from switchboard.db.usage import record_usage
+from switchboard.db.usage import month_start, record_usage
 from switchboard.kafka.producer import RecordProducer
 from switchboard.settings import KafkaSettings
 from tests.integration.brief.scene import Scene, make_scene, run_completed, running_brief, stored_digest, wait_for
@@ -27,7 +27,9 @@ from tests.support.stack import StackEndpoints
 
 pytestmark = pytest.mark.integration
 
-MONTH = date(2026, 10, 1)
+# This month: a past month's record pauses nothing (test_a_past_months_record_pauses_nothing_now).
+MONTH = month_start(datetime.now(UTC))
+AT = datetime(MONTH.year, MONTH.month, 15, 12, tzinfo=UTC)
 CAP = 1_000_000  # the agent's own monthly figure: $1.00
 
 
@@ -63,7 +65,7 @@ async def test_soft_then_hard_budget_incidents_pause_the_agent_once(
 ) -> None:
     scene = make_scene(stack.database_url, monthly_budget_micros=CAP)
     serde = Serde.from_settings(topics)
-    at = datetime(2026, 10, 15, 12, tzinfo=UTC)
+    at = AT
     first = run_completed(scene, at, cost=850_000)
     second = run_completed(scene, at.replace(hour=13), cost=200_000)
     third = run_completed(scene, at.replace(hour=14), cost=0)
@@ -104,7 +106,7 @@ async def test_soft_then_hard_budget_incidents_pause_the_agent_once(
             row.dedupe_key: row.severity
             for row in session.scalars(select(WorkspaceInsight).where(WorkspaceInsight.org_id == scene.org_id))
         }
-    key = f"budget_incident:{scene.agent_id}:2026-10"
+    key = f"budget_incident:{scene.agent_id}:{MONTH:%Y-%m}"
     assert insights == {f"{key}:warning": "warning", f"{key}:hard": "critical"}
 
     published = [
@@ -121,7 +123,7 @@ async def test_soft_then_hard_budget_incidents_pause_the_agent_once(
         (f"{key}:warning", "cross", "insight"),
     ]
 
-    digest = stored_digest(scene, date(2026, 10, 15))
+    digest = stored_digest(scene, AT.date())
     assert digest is not None
     listed = [item["insight_key"] for item in digest["todo"] if item["kind"] == "insight"]
     assert sorted(listed) == [f"{key}:hard", f"{key}:warning"]
@@ -150,7 +152,7 @@ async def test_an_agent_published_again_while_still_over_its_cap_is_paused_again
     of the month (the incident itself is recorded once); raising the cap resumes for real."""
     scene = make_scene(stack.database_url, monthly_budget_micros=CAP)
     serde = Serde.from_settings(topics)
-    at = datetime(2026, 10, 15, 12, tzinfo=UTC)
+    at = AT
     async with (
         RecordProducer(topics, service="test", serde=serde) as producer,
         running_brief(stack.database_url, topics, group_id),
@@ -211,7 +213,7 @@ async def test_the_orgs_cap_warns_then_records_the_blocked_dispatch_once(
     scene = make_scene(stack.database_url)  # the agent itself is uncapped
     _org_policy(scene, cost=CAP)
     serde = Serde.from_settings(topics)
-    at = datetime(2026, 10, 15, 12, tzinfo=UTC)
+    at = AT
 
     def org_incidents() -> list[tuple[str, str, str]]:
         with tenant_session(scene.org) as session:
@@ -245,7 +247,7 @@ async def test_the_orgs_cap_warns_then_records_the_blocked_dispatch_once(
         for row in _outbox(scene, Topics.INSIGHTS.name, str(scene.org_id).encode())
     ]
     keys = sorted(i.insight_key for i in announced)  # type: ignore[attr-defined]
-    assert keys == ["budget_incident:org:2026-10:hard", "budget_incident:org:2026-10:warning"]
+    assert keys == [f"budget_incident:org:{MONTH:%Y-%m}:hard", f"budget_incident:org:{MONTH:%Y-%m}:warning"]
     hard = next(i for i in announced if i.insight_key.endswith(":hard"))  # type: ignore[attr-defined]
     assert "stopped answering" in hard.title and hard.agent_id is None  # type: ignore[attr-defined]
 
@@ -266,7 +268,43 @@ async def test_an_agent_policy_that_only_notifies_does_not_pause_the_agent(
         running_brief(stack.database_url, topics, group_id),
     ):
         _spend(scene, 1_200_000)
-        await producer.send(Topics.RUN_COMPLETED, run_completed(scene, datetime(2026, 10, 15, 12, tzinfo=UTC), cost=0))
+        await producer.send(Topics.RUN_COMPLETED, run_completed(scene, AT, cost=0))
         await wait_for(lambda: _incidents(scene) == [("hard", "notify")], what="the hard incident")
     with tenant_session(scene.org) as session:
         assert session.get_one(AiAgent, scene.agent_id).published_version_id == scene.version_id
+
+
+async def test_a_past_months_record_pauses_nothing_now(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
+) -> None:
+    """A replay (a fresh group id) or a brief that lagged across the month's end reads a run of a
+    month that is over: its agent, paused then and republished for the new month, keeps running —
+    no pause again, no new incident, no "still exhausted" notice."""
+    scene = make_scene(stack.database_url, monthly_budget_micros=CAP)
+    serde = Serde.from_settings(topics)
+    last_month = month_start(MONTH - timedelta(days=1))
+    then = datetime(last_month.year, last_month.month, 20, 12, tzinfo=UTC)
+    with tenant_session(scene.org) as session:  # last month: over the cap, recorded and paused then
+        record_usage(session, scene.org_id, scene.agent_id, last_month, 1000, 100, 1_200_000)
+        session.add(
+            BudgetIncident(
+                org_id=scene.org_id,
+                scope="agent",
+                agent_id=scene.agent_id,
+                period_month=last_month,
+                severity="hard",
+                action_taken="pause_agent",
+                spent_micros=1_200_000,
+                limit_micros=CAP,
+            )
+        )
+    replayed = run_completed(scene, then, cost=0)
+    async with (
+        RecordProducer(topics, service="test", serde=serde) as producer,
+        running_brief(stack.database_url, topics, group_id),
+    ):
+        await producer.send(Topics.RUN_COMPLETED, replayed)
+        await wait_for(lambda: _fact_stored(scene, replayed), what="the replayed run")
+    assert _published_pointer(scene) == scene.version_id, "this month's agent keeps answering"
+    assert _incidents(scene) == [("hard", "pause_agent")]
+    assert _outbox(scene, Topics.INSIGHTS.name, str(scene.org_id).encode()) == []

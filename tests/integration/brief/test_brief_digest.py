@@ -21,6 +21,7 @@ from switchboard.db.models.brief import BriefFact, WorkspaceTodo
 from switchboard.db.models.notifications import RunDelivery
 from switchboard.db.todos import add_todo
 from switchboard.kafka.producer import RecordProducer
+from switchboard.run_outcomes import WITH_HUMANS
 from switchboard.settings import KafkaSettings
 from tests.integration.brief.scene import (
     Scene,
@@ -259,54 +260,58 @@ async def test_a_reply_the_channel_refused_is_counted_as_not_delivered(
     stack: StackEndpoints, migrated: None, topics: KafkaSettings, group_id: str
 ) -> None:
     """``completed`` alone never claims the reply reached the customer: a reply whose delivery
-    failed is "not delivered" in the pulse, not one more reply."""
+    failed is "not delivered" in the pulse, not one more reply. A reply withheld because people
+    took the conversation over is neither: nothing failed, it was held back on purpose."""
     scene = make_scene(stack.database_url, time_zone=TZ)
     serde = Serde.from_settings(topics)
     refused = run_completed(scene, _utc(20, 12), cost=10_000)
+    withheld = run_completed(scene, _utc(20, 12), cost=10_000)
     with tenant_session(scene.org) as session:
-        session.add(
-            AiAgentRun(
-                id=refused.run_id,
+        for run, error_code in ((refused, "http_400"), (withheld, WITH_HUMANS)):
+            session.add(
+                AiAgentRun(
+                    id=run.run_id,
+                    org_id=scene.org_id,
+                    agent_id=scene.agent_id,
+                    agent_version_id=scene.version_id,
+                    conversation_id=scene.conversation_id,
+                    status="completed",
+                )
+            )
+            session.flush()
+            message = Message(
                 org_id=scene.org_id,
-                agent_id=scene.agent_id,
-                agent_version_id=scene.version_id,
                 conversation_id=scene.conversation_id,
-                status="completed",
+                channel_session_id=scene.channel_session_id,
+                direction="outbound",
+                sender="agent",
+                body="See you at 10!",
+                run_id=run.run_id,
             )
-        )
-        session.flush()
-        message = Message(
-            org_id=scene.org_id,
-            conversation_id=scene.conversation_id,
-            channel_session_id=scene.channel_session_id,
-            direction="outbound",
-            sender="agent",
-            body="See you at 10!",
-            run_id=refused.run_id,
-        )
-        session.add(message)
-        session.flush()
-        session.add(
-            RunDelivery(
-                org_id=scene.org_id,
-                run_id=refused.run_id,
-                message_id=message.id,
-                kind="reply",
-                channel="waha",
-                status="failed",
-                error_code="http_400",
+            session.add(message)
+            session.flush()
+            session.add(
+                RunDelivery(
+                    org_id=scene.org_id,
+                    run_id=run.run_id,
+                    message_id=message.id,
+                    kind="reply",
+                    channel="waha",
+                    status="failed",
+                    error_code=error_code,
+                )
             )
-        )
     async with (
         running_brief(stack.database_url, topics, group_id),
         RecordProducer(topics, service="test", serde=serde) as producer,
     ):
         await producer.send(Topics.RUN_COMPLETED, refused)
+        await producer.send(Topics.RUN_COMPLETED, withheld)
         await producer.send(Topics.RUN_COMPLETED, run_completed(scene, _utc(20, 13), cost=10_000))
-        await wait_for(lambda: (stored_digest(scene, DAY) or {}).get("pulse", {}).get("runs") == 2, what="both runs")
+        await wait_for(lambda: (stored_digest(scene, DAY) or {}).get("pulse", {}).get("runs") == 3, what="the runs")
     pulse = (stored_digest(scene, DAY) or {})["pulse"]
     assert (pulse["replies"], pulse["undelivered"]) == (1, 1)
-    assert pulse["text"].startswith("2 runs · 1 reply (1 not delivered) · ")
+    assert pulse["text"].startswith("3 runs · 1 reply (1 not delivered) · ")
 
 
 def _handed_back(scene: Scene, waiting: tuple[uuid.UUID, ...], *, cost: int) -> RunCompleted:
