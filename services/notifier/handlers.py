@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.notifier import unanswered
-from services.notifier.channels import ChannelError, ChannelRegistry, Destination, SendResult
+from services.notifier.channels import ChannelError, ChannelRegistry, SendResult
 from services.notifier.channels.webhook import WebhookChannel
 from services.notifier.metrics import MESSAGES_DELIVERED, NOTIFICATIONS, SEND_ATTEMPTS
 from services.notifier.notifications import NotificationQueue
 from services.notifier.retries import Retry, RetryQueue
 from services.notifier.retry import Outcome, RetryPolicy, send_with_retry
-from services.notifier.store import ARCHIVED, Claimed, Notification, NotifierStore
+from services.notifier.store import ARCHIVED, NO_WEBHOOK, Claimed, Notification, NotifierStore
 from switchboard.contracts import HandoffTriggered, HumanMessageRequested, Insight, RunCompleted, RunStatus
 from switchboard.contracts.enums import InsightKind, InsightStatus
 from switchboard.db.models.notifications import DeliveryKind, NotificationState
@@ -333,13 +333,16 @@ class NotifierHandlers:
         morning digest waiting."""
         gate: contextlib.AbstractAsyncContextManager[Any] = limiter or contextlib.nullcontext()
         async with gate:
-            destination: Destination | None = await self._store.org_webhook(org_id)
-        if destination is None:
+            destination = await self._store.org_webhook(org_id)
+        if isinstance(destination, str):  # nothing to call: why, recorded
+            unsent = NotificationState.SKIPPED if destination == NO_WEBHOOK else NotificationState.FAILED
+            if unsent is NotificationState.FAILED:
+                log.error("org webhook secret does not open", extra={"org_id": str(org_id), "error_code": destination})
             async with gate:
                 await self._store.finish_notification(
-                    org_id, notification.id, NotificationState.SKIPPED, attempts=0, error_code="no_webhook"
+                    org_id, notification.id, unsent, attempts=0, error_code=destination
                 )
-            NOTIFICATIONS.labels(notification.event_type, NotificationState.SKIPPED.value).inc()
+            NOTIFICATIONS.labels(notification.event_type, unsent.value).inc()
             return
         document: dict[str, Any] = {
             "id": str(notification.event_id),

@@ -50,6 +50,9 @@ ERROR_MESSAGE_LIMIT = 500
 ROUTE_TTL_S = 10.0
 # The delivery error of a send through an archived number (docs/api.md ":archive").
 ARCHIVED = "channel_session_archived"
+# Why an org notification was not sent: no webhook set (skipped); a secret that does not open (failed).
+NO_WEBHOOK = "no_webhook"
+WEBHOOK_SECRET_UNREADABLE = "webhook_secret_unreadable"
 
 _UUID = PG_UUID(as_uuid=True)
 
@@ -722,13 +725,19 @@ class NotifierStore:
             return None
         return Notification(row.id, row.event_id, row.event_type, dict(row.payload))
 
-    async def org_webhook(self, org_id: uuid.UUID) -> Destination | None:
+    async def org_webhook(self, org_id: uuid.UUID) -> Destination | str:
+        """The org's webhook, or why there is none to call: ``no_webhook`` (none set: skipped), or
+        ``WEBHOOK_SECRET_UNREADABLE`` (its secret does not open — its key was removed from the
+        ring, or the row was tampered with: failed, never left ``pending`` for every sweep)."""
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
             row = await session.scalar(select(OrgWebhook).where(OrgWebhook.org_id == org_id))
         if row is None:
-            return None
+            return NO_WEBHOOK
         sealed = Sealed(bytes(row.secret_ciphertext), bytes(row.secret_iv), bytes(row.secret_tag), row.secret_key_id)
-        secret = self._keyring.open(sealed, aad=org_webhook_aad(org_id, row.id)).decode()
+        try:
+            secret = self._keyring.open(sealed, aad=org_webhook_aad(org_id, row.id)).decode()
+        except CryptoError:
+            return WEBHOOK_SECRET_UNREADABLE
         return Destination(base_url=row.url, session="", chat_id="", secret=secret)
 
     async def stale_notifications(self, older_than_s: float, limit: int = 100) -> list[tuple[uuid.UUID, Notification]]:

@@ -3,6 +3,7 @@ budget incidents reach the org's admins the same way; the API hands conversation
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import date
@@ -14,7 +15,9 @@ from sqlalchemy import select
 
 from scripts.channel_server import ChannelServer
 from scripts.demo.scenario import signed_by as verify  # what a receiver does: the HMAC over "<timestamp>.<body>"
+from services.notifier.settings import NotifierSettings
 from switchboard.contracts import Insight, InsightKind, Record, RunStatus, Serde, Topics, TopicSpec, WakeReason
+from switchboard.crypto import KeyRing
 from switchboard.db.enums import Role
 from switchboard.db.models.notifications import OrgNotification
 from switchboard.db.models.outbox import OutboxEvent
@@ -196,3 +199,27 @@ async def test_a_handoff_acknowledgement_reaches_the_customer_once(
     statuses = {d.message_id: d.status for d in world.deliveries(run.run_id)}
     assert statuses.get(queued) != "sent", "the queued send-tool message is not delivered after a handoff"
     assert world.conversation().status == "handoff"
+
+
+async def test_a_webhook_secret_that_does_not_open_fails_the_notice_instead_of_leaving_it_pending(
+    world: World,
+    receiver: WebhookReceiver,
+    api: httpx.AsyncClient,
+    publish: Publish,
+    notifier_settings: NotifierSettings,
+) -> None:
+    """The org's webhook secret was sealed under a key the notifier's ring no longer holds (removed
+    too early in a rotation): the notice ends ``failed`` with a stable code — before, it stayed
+    ``pending``, invisible, and a hundred such rows filled every sweep's batch for good."""
+    await set_webhook(api, world, receiver.url)
+    other_ring = KeyRing([("rotated-away", os.urandom(32))])
+    notifier = await RunningNotifier(notifier_settings, other_ring).wait_ready()
+    try:
+        run = world.run(status=RunStatus.HANDOFF, text="Vou chamar alguém da equipe.")
+        await publish(Topics.HANDOFF_TRIGGERED, world.handoff(run))
+        [notice] = await eventually(lambda: notifications(world), lambda found: [n.status for n in found] == ["failed"])
+    finally:
+        await notifier.stop()
+    assert notice.error_code == "webhook_secret_unreadable"
+    assert receiver.hits == []
+    assert world.conversation().status == "handoff", "the handoff itself holds"
