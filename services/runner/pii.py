@@ -65,6 +65,9 @@ _EMAIL_KEYS = frozenset({"email", "email_address"})
 _PHONE_KEYS = frozenset({"phone", "phone_number", "mobile"})
 _NAME_KEYS = frozenset({"contact_name", "display_name", "full_name", "customer_name"})
 _CONTACT_MARKERS = frozenset({"contact_id", *_EMAIL_KEYS, *_PHONE_KEYS})
+# A word of a display name that is a number or an address, not a name; what may wrap a name's word.
+_NOT_A_NAME_WORD = re.compile(r"[\d@]")
+_NAME_PUNCTUATION = "()[]{}<>,;:!?\"'|*_~"
 _NAME_PART_STOPWORDS = frozenset({"dos", "das", "del", "della", "van", "von", "der", "den", "los", "las", "the"})
 
 
@@ -98,6 +101,7 @@ class Pseudonymizer:
         self._phones = _Table(PHONE)
         self._contacts = _Table(CONTACT)
         self._name_patterns: dict[str, str] = {}  # casefolded name or name part -> alias
+        self._name_spellings: dict[str, str] = {}  # every spelling matched -> alias
         self._name_re: re.Pattern[str] | None = None
         self.generation = 0  # grows whenever something new is learned (memo invalidation)
         self._memo: dict[int, tuple[Message, Message]] = {}
@@ -109,20 +113,34 @@ class Pseudonymizer:
     # ------------------------------------------------------------------ learning
 
     def learn_name(self, name: str) -> str | None:
-        """Register a contact name; its parts (3+ letters) map to the same alias."""
+        """Register a contact name; its parts (3+ letters) map to the same alias.
+
+        Words holding a digit or "@" are a number or an address — WhatsApp often shows one as the
+        display name, alone or next to the name ("Maria Silva 2", "Bia @ Salão"): the patterns take
+        those, and as name parts their digit groups would mask prices. The words around them are the
+        name, and are learned (before 2026-12-05 such a name was skipped whole, and reached the model
+        raw)."""
         clean = " ".join(name.split())
-        # A "name" holding digits or "@" is a phone number or an address (WhatsApp often shows one as
-        # the display name): the patterns take it; as a name its digit groups would mask prices.
-        if len(clean) < 2 or _ALIAS_RE.fullmatch(clean) or re.search(r"[\d@]", clean):
+        if _ALIAS_RE.fullmatch(clean):
             return None
-        alias = self._contacts.alias(clean.casefold(), clean)
-        variants = [clean, *[p for p in re.split(r"[\s\-]+", clean) if len(p) >= 3]]
+        words = (word.strip(_NAME_PUNCTUATION) for word in clean.split(" ") if not _NOT_A_NAME_WORD.search(word))
+        name_only = " ".join(word for word in words if word)
+        if len(name_only) < 2:
+            return None
+        alias = self._contacts.alias(name_only.casefold(), name_only)
+        variants = [name_only, *[p for p in re.split(r"[\s\-]+", name_only) if len(p) >= 3]]
         for variant in variants:
             key = variant.casefold().strip(".,")
-            if key and key not in _NAME_PART_STOPWORDS and key not in self._name_patterns:
-                self._name_patterns[key] = alias
-                self._name_re = None
-                self.generation += 1
+            if not key or key in _NAME_PART_STOPWORDS or key in self._name_patterns:
+                continue
+            self._name_patterns[key] = alias
+            # Matched as written, lower-cased and case-folded: case folding changes the length of
+            # some letters ("ß" -> "ss", "İ" -> "i̇"), and a pattern of one spelling misses the others.
+            written = variant.strip(".,")
+            for spelling in {key, written, written.lower()}:
+                self._name_spellings[spelling] = alias
+            self._name_re = None
+            self.generation += 1
         return alias
 
     def _email(self, value: str) -> str:
@@ -152,7 +170,7 @@ class Pseudonymizer:
         out = _PHONE_RE.sub(self._phone_match, out)
         pattern = self._names()
         if pattern is not None:
-            out = pattern.sub(lambda m: self._name_patterns[m.group(0).casefold()], out)
+            out = pattern.sub(self._name_alias, out)
         return out
 
     def _phone_match(self, match: re.Match[str]) -> str:
@@ -162,9 +180,20 @@ class Pseudonymizer:
             return found
         return self._phone(found)
 
+    def _name_alias(self, match: re.Match[str]) -> str:
+        found = match.group(0)
+        alias = (
+            self._name_spellings.get(found)
+            or self._name_spellings.get(found.lower())
+            or self._name_patterns.get(found.casefold())
+        )
+        if alias is None:  # matched case-insensitively under a spelling stored otherwise
+            alias = next(a for s, a in self._name_spellings.items() if re.fullmatch(re.escape(s), found, re.I))
+        return alias
+
     def _names(self) -> re.Pattern[str] | None:
-        if self._name_re is None and self._name_patterns:
-            alternatives = sorted(self._name_patterns, key=len, reverse=True)
+        if self._name_re is None and self._name_spellings:
+            alternatives = sorted(self._name_spellings, key=len, reverse=True)
             body = "|".join(re.escape(a) for a in alternatives)
             self._name_re = re.compile(rf"(?<![\w<])(?:{body})(?![\w>])", re.IGNORECASE)
         return self._name_re

@@ -247,3 +247,29 @@ async def test_the_loop_seals_every_request_and_tools_get_real_values() -> None:
     assert outcome.final_text == "Feito, Ana Souza!"
     stored = json.dumps(trace.entries, ensure_ascii=False)
     assert "bruno@lima.com" not in stored and "Ana Souza" not in stored and "<email_2>" in stored
+
+
+@pytest.mark.parametrize(
+    ("display_name", "text", "expected"),
+    [
+        ("Maria Silva 2", "oi, sou a Maria Silva", "oi, sou a <contact_1>"),
+        ("Ana (loja 3)", "Ana pagou 3 reais", "<contact_1> pagou 3 reais"),
+        ("Bia @ Salão", "fala com a Bia do Salão", "fala com a <contact_1> do <contact_1>"),
+        ("Joana Prado 2", "The customer's name is Joana Prado 2.", "The customer's name is <contact_1> 2."),
+    ],
+)
+def test_a_display_name_next_to_a_number_or_an_address_still_masks_the_name(
+    display_name: str, text: str, expected: str
+) -> None:
+    """WhatsApp display names often carry a number or a shop tag ("Maria Silva 2"): the name's words
+    are learned, the number's are left to the phone patterns (they would mask prices)."""
+    assert Pseudonymizer(names=[display_name]).text(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "written"),
+    [("Straße", "STRAßE e straße"), ("İrem Kaya", "İrem e İREM"), ("Ömer", "ÖMER e ömer")],
+)
+def test_names_whose_case_folding_changes_their_length_are_masked_as_written(name: str, written: str) -> None:
+    masked = Pseudonymizer(names=[name]).text(written)
+    assert "<contact_1>" in masked and not any(part in masked for part in name.split())
