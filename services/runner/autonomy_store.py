@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from services.runner.preload import MISSING
 from services.runner.subject import RunSubject
 from switchboard.autonomy import AutonomySettings, InsightNote, load_settings, publish_insight
-from switchboard.contracts import Action, RunRequested, Serde
+from switchboard.contracts import Action, RunRequested, Serde, WakeReason
 from switchboard.contracts.enums import InsightKind
 from switchboard.db.daily_brief import org_today
 from switchboard.db.enums import AWAITING_APPROVAL, AutonomyMode, DecisionStatus
@@ -62,7 +62,7 @@ async def read_autonomy(session: AsyncSession, request: RunRequested) -> Autonom
         )
     )
     resume = None
-    parked_run_id = request.wake_context.run_id
+    parked_run_id = await _parked_run(session, request)
     if parked_run_id is not None:
         row = await session.scalar(
             select(AgentDecision)
@@ -86,10 +86,52 @@ async def read_autonomy(session: AsyncSession, request: RunRequested) -> Autonom
     return AutonomyRead(settings, bool(pause), resume)
 
 
+def may_resume(request: RunRequested) -> bool:
+    """Whether the run may resume a parked one: the owner's decision woke it (``assignment`` naming
+    the parked run, services/api/autonomy/service.py), or it is the recovery of such a wake (which
+    keeps who assigned it). Other wakes name a run for other reasons — a follow-up its creator, a
+    ``childCompleted`` the child — and must not replay that run's decision (a follow-up firing days
+    after an approval answered the stale approval instead of doing its follow-up)."""
+    context = request.wake_context
+    if context.run_id is None:
+        return False
+    if request.wake_reason is WakeReason.ASSIGNMENT:
+        return True
+    return request.wake_reason is WakeReason.RECOVERY and context.assigned_by_user_id is not None
+
+
+async def _parked_run(session: AsyncSession, request: RunRequested) -> uuid.UUID | None:
+    """The parked run this run resumes, if any. A recovery's context names the lost attempt, not
+    the parked run: the lost attempts' rows say what they resumed (each recovery names the one
+    before it), read back until the assignment that woke the first one."""
+    if not may_resume(request):
+        return None
+    run_id = request.wake_context.run_id
+    if request.wake_reason is WakeReason.ASSIGNMENT:
+        return run_id
+    for _ in range(max(1, request.attempt)):  # one row per earlier attempt at most
+        row = (
+            await session.execute(
+                select(AiAgentRun.wake_reason, AiAgentRun.wake_context["run_id"].astext).where(
+                    AiAgentRun.org_id == request.org_id, AiAgentRun.id == run_id
+                )
+            )
+        ).one_or_none()
+        if row is None or row[1] is None:
+            return None  # lost before any runner recorded what it woke for: nothing to resume from
+        named = uuid.UUID(row[1])
+        if row.wake_reason == WakeReason.ASSIGNMENT.value:
+            return named
+        if row.wake_reason != WakeReason.RECOVERY.value:
+            return None
+        run_id = named
+    return None
+
+
 def needs_autonomy(subject: RunSubject, granted: tuple[str, ...]) -> bool:
     """The gate reads its settings only when they matter: a gated write tool is granted, or the run
     resumes a parked one."""
-    return any(gated_area(t) for t in granted) or subject.request.wake_context.run_id is not None
+    return any(gated_area(t) for t in granted) or may_resume(subject.request)
 
 
 class AutonomyPreload:
@@ -112,7 +154,7 @@ class AutonomyPreload:
         return {}
 
     def parse(self, value: Any, subject: RunSubject) -> object:
-        if subject.request.wake_context.run_id is not None or not needs_autonomy(
+        if may_resume(subject.request) or not needs_autonomy(
             subject, subject.version.granted_tools()
         ):
             return MISSING

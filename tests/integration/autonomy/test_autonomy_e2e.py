@@ -17,7 +17,16 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from switchboard.contracts import DispatchRequested, Insight, Record, RunCompleted, RunRequested, Serde, Topics
+from switchboard.contracts import (
+    DispatchRequested,
+    Insight,
+    Record,
+    RunCompleted,
+    RunRequested,
+    Serde,
+    Topics,
+    WakeContext,
+)
 from switchboard.contracts.enums import InsightKind, Vitality, WakeReason
 from switchboard.db.models import OutboxEvent
 from switchboard.db.session import tenant_transaction
@@ -427,3 +436,52 @@ async def test_pause_on_proposal_is_a_version_setting_of_the_agents_api(
     query = "SELECT id, pause_on_proposal FROM ai_agent_versions WHERE agent_id = :a"
     stored = _rows(rh, org.org_id, query, a=agent_id)
     assert {str(r["id"]): r["pause_on_proposal"] for r in stored} == {version_id: True, draft["id"]: True}
+
+
+async def test_only_the_owners_wake_replays_the_decision_and_a_recovered_resume_still_does(
+    rh: RunnerHarness, api: httpx.AsyncClient, org: OrgHandle
+) -> None:
+    """A follow-up the approved action scheduled fires later naming the run that created it: it
+    must do its follow-up, not answer the approval again. A resume run whose runner died is
+    recovered naming the lost attempt: the recovery still resumes with the owner's decision."""
+    agent, request = await _parked(rh, org)
+    decision_id = _rows(rh, org.org_id, "SELECT id FROM agent_decisions WHERE run_id = :r", r=request.run_id)[0]["id"]
+    answer = await api.post(f"/api/v1/decisions/{decision_id}:approve", headers=org.headers())
+    assert answer.status_code == 200, answer.text
+    await _wait_status(rh, request, "aborted")
+    [wake] = _wakes(rh, agent)
+    approved = '\\"status\\": \\"approved\\"'
+
+    follow_up = run_request(agent, []).model_copy(
+        update={
+            "wake_reason": WakeReason.FOLLOW_UP,
+            "wake_context": WakeContext(follow_up_id=uuid.uuid4(), run_id=request.run_id),
+        }
+    )
+    mark = len(rh.fake.received)
+    assert (await rh.run(follow_up)).status == "completed"
+    assert approved not in json.dumps(rh.fake.received[mark].body), "the follow-up replayed the approval"
+
+    lost = run_request(agent, []).model_copy(
+        update={"wake_reason": WakeReason.ASSIGNMENT, "wake_context": wake.wake_context}
+    )
+    _rows_exec(  # the resume run's runner died after its claim; the sweep closed it as lost
+        rh,
+        org.org_id,
+        "INSERT INTO ai_agent_runs (id, org_id, agent_id, agent_version_id, conversation_id, status, wake_reason,"
+        " wake_context, attempt) VALUES (:id, :o, :a, :v, :c, 'failed', 'assignment', CAST(:w AS jsonb), 1)",
+        id=lost.run_id,
+        o=org.org_id,
+        a=agent.agent_id,
+        v=agent.version_id,
+        c=agent.conversation_id,
+        w=lost.wake_context.model_dump_json(),
+    )
+    recovery = run_request(agent, [], attempt=2, parent_run_id=lost.run_id).model_copy(
+        update={
+            "wake_context": WakeContext(run_id=lost.run_id, assigned_by_user_id=wake.wake_context.assigned_by_user_id)
+        }
+    )
+    mark = len(rh.fake.received)
+    assert (await rh.run(recovery)).status == "completed"
+    assert approved in json.dumps(rh.fake.received[mark].body), "the recovered resume lost the owner's decision"
