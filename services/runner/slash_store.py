@@ -23,7 +23,7 @@ from services.runner.preload import MISSING, read_once
 from services.runner.subject import RunSubject
 from switchboard.contracts import DispatchRequested, RunRequested, Serde, Topics, WakeContext
 from switchboard.contracts.enums import WakeReason
-from switchboard.db.models import Conversation
+from switchboard.db.models import AiAgentRun, Conversation
 from switchboard.db.models.slash import AgentSkill, ConversationGoal, ConversationModeRow, GoalStatus
 from switchboard.db.outbox import enqueue_record
 from switchboard.db.session import async_tenant_transaction
@@ -127,8 +127,17 @@ class SlashStore:
         conversation is stopped first — a new /goal replaces it."""
         request = subject.request
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
+            # The same one again for a redelivered run, or for the recovery of the run that started
+            # it (its runner died): a recovery must not replace the goal with a fresh one at spent 0.
+            lineage = [request.run_id, *await _ancestors(session, request)]
             existing = await session.scalar(
-                select(ConversationGoal).where(ConversationGoal.started_by_run_id == request.run_id)
+                select(ConversationGoal)
+                .where(
+                    ConversationGoal.org_id == request.org_id,
+                    ConversationGoal.started_by_run_id.in_(lineage),
+                )
+                .order_by(ConversationGoal.created_at.desc())
+                .limit(1)
             )
             if existing is not None:
                 return _state(existing)
@@ -238,3 +247,15 @@ class SlashStore:
                 )
                 await session.run_sync(lambda s: enqueue_record(s, Topics.DISPATCH_REQUESTED, wake, serde=self._serde))
             return True
+
+
+async def _ancestors(session: AsyncSession, request: RunRequested) -> list[uuid.UUID]:
+    """The earlier attempts of a recovered run, newest first (each row names its parent)."""
+    found: list[uuid.UUID] = []
+    parent = request.parent_run_id
+    while parent is not None and parent not in found and len(found) < max(1, request.attempt):
+        found.append(parent)
+        parent = await session.scalar(
+            select(AiAgentRun.parent_run_id).where(AiAgentRun.org_id == request.org_id, AiAgentRun.id == parent)
+        )
+    return found

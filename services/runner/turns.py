@@ -159,7 +159,10 @@ class TurnPlanner:
             return await self._skill(subject, command)
         request = subject.request
         goal_id = request.wake_context.pipeline_run_id
-        if request.wake_reason is WakeReason.PIPELINE_STEP and goal_id is not None and subject.conversation:
+        # A segment's recovery (its runner died, or handed it back at a shutdown) keeps the goal's id:
+        # it is the segment again — the goal's budget and Directive, its accounting and next segment.
+        segment = request.wake_reason in (WakeReason.PIPELINE_STEP, WakeReason.RECOVERY)
+        if segment and goal_id is not None and subject.conversation:
             goal = await self._store.active_goal(subject, goal_id)
             if goal is not None:
                 return self._goal_turn(subject, goal)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -262,6 +263,87 @@ async def test_goal_runs_in_segments_and_never_exceeds_its_budget(rh: RunnerHarn
     last = runs[-1]
     assert any(e.get("kind") == "guard" and e.get("name") == "goal_budget_nudge" for e in last.tool_calls)
     assert last.abort_reason == "cost_budget_exceeded"
+
+
+def _record_lost(rh: RunnerHarness, agent: Agent, lost: RunRequested) -> None:
+    """``lost``'s row as its dead runner left it: claimed, never finished (the recovery closes it)."""
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        session.add(
+            AiAgentRun(
+                id=lost.run_id,
+                org_id=agent.org_id,
+                agent_id=agent.agent_id,
+                agent_version_id=agent.version_id,
+                conversation_id=agent.conversation_id,
+                status="running",
+                wake_reason=lost.wake_reason.value,
+                wake_context=lost.wake_context.model_dump(mode="json", exclude_none=True),
+                attempt=lost.attempt,
+                heartbeat_at=datetime.now(UTC) - timedelta(minutes=5),
+            )
+        )
+
+
+def _recovery_of(lost: RunRequested) -> RunRequested:
+    """What the dispatcher sends when ``lost``'s lease lapsed (services/dispatcher/recovery.py)."""
+    return lost.model_copy(
+        update={
+            "run_id": uuid.uuid4(),
+            "attempt": lost.attempt + 1,
+            "parent_run_id": lost.run_id,
+            "wake_reason": WakeReason.RECOVERY,
+            "wake_context": lost.wake_context.model_copy(update={"run_id": lost.run_id}),
+        }
+    )
+
+
+def _goal(rh: RunnerHarness, agent: Agent) -> ConversationGoal:
+    with Session(rh.db, expire_on_commit=False) as session, tenant_transaction(session, agent.org_id):
+        return session.scalars(
+            select(ConversationGoal).where(ConversationGoal.conversation_id == agent.conversation_id)
+        ).one()
+
+
+async def test_a_recovered_segment_is_the_goals_segment_and_a_recovered_goal_start_keeps_its_goal(
+    rh: RunnerHarness,
+) -> None:
+    """A segment whose runner died (or handed it back at a rolling deploy) is recovered with wake
+    reason ``recovery``: it runs as the goal's segment — its budget and Directive, its spend on the
+    goal, the next segment queued — not as a plain reply turn that leaves the goal active for good.
+    A recovered ``/goal`` start finds the goal its lost attempt started instead of replacing it."""
+    agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script([Reply(text="Progress: started.")])
+    start = run_request(agent, [command(rh.db, agent, "/goal answer every lead --budget 1")])
+    await rh.run(start)
+    first = _goal(rh, agent)
+    (wake,) = _outbox(rh, agent, Topics.DISPATCH_REQUESTED)
+
+    lost_segment = _next_segment(wake)
+    _record_lost(rh, agent, lost_segment)
+    rh.fake.script([Reply(text="Progress: two leads answered.")])
+    recovered = await rh.run(_recovery_of(lost_segment))
+    assert _layers(recovered)["Directive"].startswith("Goal: answer every lead")
+    assert "Goal segment" in (recovered.summary or "")
+    goal = _goal(rh, agent)
+    assert (goal.id, goal.segments, goal.last_run_id) == (first.id, 2, recovered.id)
+    assert goal.spent_micros == first.spent_micros + recovered.cost_micros
+    assert len(_outbox(rh, agent, Topics.DISPATCH_REQUESTED)) == 2, "the next segment is queued"
+
+    other = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS])
+    lost_start = run_request(other, [command(rh.db, other, "/goal call the new leads --budget 1")])
+    rh.fake.script([Reply(text="Progress: started.")])
+    await rh.run(lost_start)  # it started its goal; then its runner died before its finish (below)
+    started = _goal(rh, other)
+    rh.scalar(
+        other.org_id,
+        "UPDATE ai_agent_runs SET status = 'running', completed_at = NULL, heartbeat_at = now() - interval '5 minutes'"
+        " WHERE id = :r RETURNING id",
+        r=lost_start.run_id,
+    )
+    rh.fake.script([Reply(text="Progress: resumed.")])
+    await rh.run(_recovery_of(lost_start))
+    goals = rh.scalar(other.org_id, "SELECT json_agg(json_build_array(id, status)) FROM conversation_goals")
+    assert goals == [[str(started.id), "active"]], "the recovery kept the goal its lost attempt started"
 
 
 async def test_goal_complete_ends_the_goal_and_a_new_message_is_a_normal_turn(rh: RunnerHarness) -> None:
