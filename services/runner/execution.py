@@ -40,7 +40,7 @@ from services.runner.commands import malformed_command_reply
 from services.runner.context import ContextBuilder, compose, default_builders, prompt_record
 from services.runner.credentials import CredentialResolver, NoCredential
 from services.runner.events import RunEventPublisher, RunEvents
-from services.runner.handoff import match_handoff_keyword
+from services.runner.handoff import keyword_handoff, match_handoff_keyword
 from services.runner.interceptors import FINISH_SPEC, FINISH_TOOL, ToolInterceptor, default_interceptors
 from services.runner.label_filter import CLASSIFICATION_MISMATCH, filter_mismatch
 from services.runner.loop import AgentLoop, LoopConfig, RetryPolicy
@@ -228,12 +228,7 @@ class RunExecutor:
         if match is not None:
             return plan, LoopOutcome(
                 OutcomeKind.HANDOFF,
-                handoff=HandoffRequest(
-                    reason=f"the customer wrote the handoff keyword {match.keyword!r}",
-                    urgency=Urgency.NORMAL,
-                    trigger=HandoffTrigger.KEYWORD,
-                    matched_keyword=match.keyword,
-                ),
+                handoff=keyword_handoff(match),
                 summary=f"Handed off by keyword {match.keyword!r}; no model was called.",
             )
         try:
@@ -381,6 +376,7 @@ class RunExecutor:
                     call_timeout_s=self._settings.model_call_timeout_s,
                     tool_timeout_s=self._settings.tool_call_timeout_s,
                     silence_timeout_s=version.silence_timeout_s(self._settings.silence_timeout_s),
+                    handoff_keywords=tuple(version.handoff_keywords),
                     retry=RetryPolicy(
                         max_attempts=self._settings.provider_max_attempts,
                         initial_backoff_s=self._settings.provider_backoff_initial_s,

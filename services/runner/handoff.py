@@ -12,6 +12,9 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from services.runner.outcome import HandoffRequest
+from switchboard.contracts.enums import HandoffTrigger, Urgency
+
 DEFAULT_HANDOFF_KEYWORDS: tuple[str, ...] = ("falar com humano", "atendente", "pessoa real")
 
 
@@ -35,3 +38,13 @@ def match_handoff_keyword(text: str, keywords: Iterable[str]) -> KeywordMatch | 
         if needle and f" {needle} " in haystack:
             return KeywordMatch(keyword=keyword)
     return None
+
+
+def keyword_handoff(match: KeywordMatch) -> HandoffRequest:
+    """The handoff a keyword asks for — in the run's messages, or in one steered into it meanwhile."""
+    return HandoffRequest(
+        reason=f"the customer wrote the handoff keyword {match.keyword!r}",
+        urgency=Urgency.NORMAL,
+        trigger=HandoffTrigger.KEYWORD,
+        matched_keyword=match.keyword,
+    )

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 from services.runner.budget import ModelPrice, RunLimits, admit_step, estimate_tokens, reasoning_share
 from services.runner.context import PromptDraft
+from services.runner.handoff import keyword_handoff, match_handoff_keyword
 from services.runner.interceptors import CallContext, StopRequest, ToolInterceptor
 from services.runner.metrics import PROVIDER_RETRIES
 from services.runner.outcome import (
@@ -130,6 +131,9 @@ class LoopConfig:
     tool_timeout_s: float
     silence_timeout_s: float
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # The version's handoff keywords: a message steered into the run that holds one hands the
+    # conversation off at the next turn boundary, as it would have before the run (docs/runner.md).
+    handoff_keywords: tuple[str, ...] = ()
 
 
 def _now() -> str:
@@ -286,6 +290,18 @@ class AgentLoop:
         while True:
             # 1. turn boundary: steering guidance and nudges, or an interrupt.
             guidance = self._steering.drain()
+            keyword = next(
+                (m for g in guidance if (m := match_handoff_keyword(g, self._config.handoff_keywords)) is not None),
+                None,
+            )
+            if keyword is not None:  # the steered message is the run's (it answers it): by handing off
+                self._record_guard("handoff_keyword", f"a message sent meanwhile holds {keyword.keyword!r}")
+                await self._flush_trace(final=True)
+                return self._outcome(
+                    OutcomeKind.HANDOFF,
+                    handoff=keyword_handoff(keyword),
+                    summary=f"Handed off by keyword {keyword.keyword!r}, written while the run worked.",
+                )
             if guidance:
                 texts = tuple(f"[Message from the customer while you were working] {g}" for g in guidance)
                 messages = _with_notes(messages, texts)

@@ -11,7 +11,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from switchboard.contracts import HandoffTriggered, RunCompleted, Topics
-from switchboard.contracts.enums import SteeringKind
+from switchboard.contracts.enums import HandoffTrigger, SteeringKind
 from switchboard.db.models.agents import AiAgentVersion
 from switchboard.db.session import tenant_transaction
 from switchboard.tool_catalog import (
@@ -335,6 +335,28 @@ async def test_run_completed_lists_the_steered_messages_the_run_took_in(rh: Runn
     completed = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted))
     assert completed.message_ids == (first.message_id, taken.message_id)
     assert row.inbound_message_ids == [first.message_id, taken.message_id]
+
+
+async def test_a_handoff_keyword_steered_into_a_run_hands_the_conversation_off(rh: RunnerHarness) -> None:
+    """A customer who writes "atendente" while the run works gets people, as they would have before
+    the run: the steered message is the run's (it lists it), so no later run would check it."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5", tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script([Reply(calls=(Call(SEARCH_CONTACTS, {"query": "Ana"}),), delay_s=1.0), Reply(text="Achei a Ana.")])
+    first = inbound(rh.db, agent, "Procure a Ana")
+    request = run_request(agent, [first])
+    before = len(rh.fake.received)
+    await rh.submit(request)
+    await _until(lambda: len(rh.fake.received) == before + 1)
+    urgent = inbound(rh.db, agent, "Quero falar com um ATENDENTE, por favor")
+    await rh.submit_steering(request, SteeringKind.GUIDANCE, urgent.text, source=urgent)
+    row = await rh.wait_run(request)
+    assert row.status == "handoff" and row.final_text is None
+    assert len(rh.fake.received) == before + 1, "no model call after the keyword"
+    records = [r for _, r in rh.outbox(agent.conversation_id)]
+    [handoff] = [r for r in records if isinstance(r, HandoffTriggered)]
+    assert (handoff.trigger, handoff.matched_keyword) == (HandoffTrigger.KEYWORD, "atendente")
+    completed = next(r for r in records if isinstance(r, RunCompleted))
+    assert completed.message_ids == (first.message_id, urgent.message_id)
 
 
 async def test_dry_run_executes_no_write_and_is_recorded_as_such(rh: RunnerHarness) -> None:
