@@ -14,8 +14,8 @@ created_at asc). Each candidate's trigger config filters the dispatch:
   by a timeout (``switchboard.keyword_patterns``: a tenant's pattern cannot stall the
   worker; one that timed out is disabled in this process and rejects as
   ``keyword_regex_timeout``); patterns are compiled once in a bounded LRU cache, and a
-  pattern that does not compile (the API refuses those at save time) rejects rather than
-  crashes;
+  pattern that does not compile, or whose repeat counts exceed ``MAX_REPEAT`` (checked before
+  compiling; the API refuses both at save time), rejects rather than crashes;
 - business hours: the message's reception time in the zone of the business hours
   (the org's zone, copied into the trigger by the API); a window whose end is at or
   before its start, or past 24:00, continues after midnight into the next day.
@@ -37,7 +37,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from services.dispatcher.agents import AgentIndex
 from switchboard.contracts import (
@@ -51,6 +50,7 @@ from switchboard.contracts import (
 )
 from switchboard.keyword_patterns import KeywordPatternTimeout, cached_keyword
 from switchboard.slash_commands import is_run_command
+from switchboard.time_zones import load_time_zone
 
 MESSAGE_EVENT: Final = "message"
 ANY_MESSAGE_EVENT: Final = "message.any"
@@ -108,16 +108,9 @@ def event_type(dispatch: DispatchRequested) -> str:
     return _WAKE_EVENTS[dispatch.wake_reason]
 
 
-def _zone(name: str) -> ZoneInfo | None:
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
-
-
 def in_business_hours(hours: BusinessHours, moment: datetime) -> bool:
     """True when ``moment`` falls in one of the weekly windows, in the hours' own time zone."""
-    zone = _zone(hours.time_zone)
+    zone = load_time_zone(hours.time_zone)
     if zone is None:
         return False
     local = moment.astimezone(zone)

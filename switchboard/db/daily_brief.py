@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any, Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from switchboard.db.models.autonomy import WorkspaceDailyBrief
 from switchboard.db.models.brief import TodoStatus, WorkspaceTodo
 from switchboard.db.models.tenancy import Organization
+from switchboard.time_zones import load_time_zone
 
 # The digest's sections in their default order (services/brief/digest.yaml lists the same;
 # tests/unit/brief checks they agree).
@@ -33,10 +34,7 @@ _UTC = ZoneInfo("UTC")
 
 def zone(name: str | None) -> ZoneInfo:
     """The org's zone; an unknown name falls back to UTC rather than stopping the digest."""
-    try:
-        return ZoneInfo(name or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        return _UTC
+    return load_time_zone(name or "UTC") or _UTC
 
 
 def org_zone(session: Session, org_id: uuid.UUID) -> ZoneInfo:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import uuid
-import zoneinfo
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -30,6 +29,7 @@ from pydantic import (
 from switchboard.contracts.enums import Weekday
 from switchboard.db.enums import AgentKind, AgentVersionStatus, ConcurrencyPolicy, LlmProvider
 from switchboard.keyword_patterns import KeywordPatternError, check_keyword
+from switchboard.time_zones import check_time_zone
 
 # [004 D4]: the deterministic handoff sentinel's defaults.
 DEFAULT_HANDOFF_KEYWORDS: tuple[str, ...] = ("falar com humano", "atendente", "pessoa real")
@@ -66,14 +66,6 @@ def _unique(values: list[str], what: str) -> list[str]:
     if len(set(values)) != len(values):
         raise ValueError(f"{what} must not repeat")
     return values
-
-
-def check_time_zone(value: str) -> str:
-    try:
-        zoneinfo.ZoneInfo(value)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
-        raise ValueError(f"{value!r} is not an IANA time zone (e.g. America/Sao_Paulo)") from exc
-    return value
 
 
 def check_keyword_regex(value: str | None) -> str | None:

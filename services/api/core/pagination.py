@@ -25,15 +25,32 @@ def encode_cursor(created_at: datetime, row_id: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+# An issued cursor is ~110 characters; anything far longer was not issued here, and
+# refusing it before ``json.loads`` keeps deep nesting from reaching the parser.
+_MAX_CURSOR_LENGTH = 512
+
+
 def decode_cursor(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
+    """The ``(created_at, id)`` a cursor carries, or 422 ``validation_error`` (``details.field``
+    ``cursor``) for anything this API did not issue.
+
+    The shape is checked before use: a cursor is client input, and any JSON it decodes to
+    (numbers, objects, nested lists) must end as a 422, never as an exception escaping to a 500.
+    """
     if not cursor:
         return None
+    refused = ValidationFailed("The cursor is not one this API issued", details={"field": "cursor"})
+    if len(cursor) > _MAX_CURSOR_LENGTH:
+        raise refused
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, row_id = json.loads(raw)
+        decoded = json.loads(raw)
+        if not (isinstance(decoded, list) and len(decoded) == 2 and all(isinstance(v, str) for v in decoded)):
+            raise refused
+        created_at, row_id = decoded
         return datetime.fromisoformat(created_at), uuid.UUID(row_id)
-    except (ValueError, TypeError) as exc:
-        raise ValidationFailed("The cursor is not one this API issued", details={"field": "cursor"}) from exc
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise refused from exc
 
 
 def older_than(

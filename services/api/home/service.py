@@ -37,17 +37,24 @@ class UnknownPin(ValidationFailed):
     default_message = "pinned_sections must be digest sections and pinned_areas known areas"
 
 
-_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+_MONTH = re.compile(r"([0-9]{4})-(0[1-9]|1[0-2])")
 
 
 def parse_month(value: str | None) -> date:
-    """``YYYY-MM`` -> its first day; omitted -> the current (UTC) month."""
+    """``YYYY-MM`` -> its first day; omitted -> the current (UTC) month.
+
+    The pattern alone lets year ``0000`` through, which ``date`` refuses (years start at 1):
+    that must be the same 422 as any other malformed month, not a ``ValueError`` and a 500.
+    """
     if value is None:
         return month_start()
-    match = _MONTH.match(value)
-    if match is None:
-        raise ValidationFailed("month must be YYYY-MM", details={"field": "month"})
-    return date(int(match.group(1)), int(match.group(2)), 1)
+    match = _MONTH.fullmatch(value)
+    try:
+        if match is None:
+            raise ValueError(value)
+        return date(int(match.group(1)), int(match.group(2)), 1)
+    except ValueError:
+        raise ValidationFailed("month must be YYYY-MM (year 0001 to 9999)", details={"field": "month"}) from None
 
 
 def daily_brief(session: Session, org_id: uuid.UUID, day: date | None) -> DailyBriefView:

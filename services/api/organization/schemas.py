@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from services.api.agents.schemas import check_time_zone
+from switchboard.time_zones import check_time_zone
 
 
 class OrganizationView(BaseModel):

@@ -159,6 +159,23 @@ async def test_version(
     return JSONResponse(Envelope[DryRunResult](data=result).model_dump(mode="json"), status_code=200 if done else 202)
 
 
+# The ids this stream sends are event ``seq``s (int64): at most 19 ASCII digits.
+_EVENT_ID = re.compile(r"[0-9]{1,19}")
+
+
+def resume_after(last_event_id: str | None) -> int:
+    """The ``seq`` a reconnecting client saw last (``Last-Event-ID``), or 0: replay from the start.
+
+    Anything that is not an id this stream sent (not ASCII digits, ``"²"``, thousands of digits
+    that ``int()`` refuses) is treated as absent rather than refused: a browser's EventSource
+    stops reconnecting on a 4xx, and replaying from the start only repeats events the client
+    can recognise by their ``seq``, while a refusal would lose the rest of the run.
+    """
+    if last_event_id is None or not _EVENT_ID.fullmatch(last_event_id):
+        return 0
+    return int(last_event_id)
+
+
 @router.get(
     "/runs/{run_id}/events",
     response_class=StreamingResponse,
@@ -178,7 +195,7 @@ async def run_events(
     kafka: KafkaSettings = request.app.state.settings.kafka
     serde: Serde = request.app.state.serde
     org_id = ctx.org_id
-    after_seq = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+    after_seq = resume_after(last_event_id)
     conversation_id, created_at = run.conversation_id, run.created_at
 
     async def final_status() -> str | None:

@@ -76,10 +76,24 @@ def _needs_cleaning(raw: bytes) -> bool:
     return b"\\u0000" in raw or b"\x00" in raw or b"\\ud" in raw or b"\\uD" in raw
 
 
+# What pydantic's JSON parser reports for a body nested past its depth limit.
+_TOO_DEEP = {"loc": [], "msg": "Invalid JSON: recursion limit exceeded", "type": "json_invalid"}
+
+
+def _cleaned(raw: bytes) -> Any:
+    """The body parsed by ``json.loads`` (which, unlike pydantic's parser, takes lone surrogates) and
+    made storable. Deep nesting makes the parser or ``_storable`` raise ``RecursionError``, no
+    ``ValueError``: it is refused here as the fast path refuses it, never left to become a 500."""
+    try:
+        return _storable(json.loads(raw))
+    except RecursionError as exc:
+        raise ValidationFailed("The body is not a WAHA event", details={"errors": [_TOO_DEEP]}) from exc
+
+
 def _envelope(raw: bytes) -> WahaEvent:
     try:
         if _needs_cleaning(raw):
-            return WahaEvent.model_validate(_storable(json.loads(raw)))
+            return WahaEvent.model_validate(_cleaned(raw))
         return WahaEvent.model_validate_json(raw)
     except ValidationError as exc:  # before ValueError: pydantic's error is one
         problems = [
