@@ -144,11 +144,25 @@ class NotifierHandlers:
         await self._send_claimed(insight.org_id, insight.run_id, claimed, where)
 
     async def _send_claimed(
-        self, org_id: uuid.UUID, run_id: uuid.UUID | None, claims: list[Claimed], where: dict[str, str]
+        self,
+        org_id: uuid.UUID,
+        run_id: uuid.UUID | None,
+        claims: list[Claimed],
+        where: dict[str, str],
+        *,
+        late: bool = False,
     ) -> None:
-        for claimed in claims:
+        """Send the claims in order. One that fails for a moment is retried in the background, and
+        the ones after it wait for it there: the customer gets a run's messages in the order the run
+        wrote them (a reply's "anything else?" never before the payment link queued ahead of it).
+        ``late``: they waited behind a retry, so each first looks at what a retry looks at."""
+        for index, claimed in enumerate(claims):
             await self._hooks.after_claim(claimed)
-            outcome = await self._attempt(claimed, where)
+            for_agents = run_id is not None
+            if late:
+                outcome = await self._one_attempt(claimed, where, for_agents=for_agents, org_id=org_id)()
+            else:
+                outcome = await self._attempt(claimed, where)
             await self._hooks.after_send(claimed)
             error = outcome.error
             if error is not None and error.transient and outcome.attempts < self._policy.max_attempts:
@@ -157,9 +171,12 @@ class NotifierHandlers:
                     "send failed, retrying in the background",
                     extra={**where, "message_id": str(claimed.message_id), "error_code": error.code},
                 )
-                retry_once = self._one_attempt(claimed, where, for_agents=run_id is not None, org_id=org_id)
-                self.retries.schedule(Retry(org_id, run_id, claimed, outcome.attempts, error, retry_once))
-                continue
+                retry_once = self._one_attempt(claimed, where, for_agents=for_agents, org_id=org_id)
+                followers = tuple(claims[index + 1 :])
+                self.retries.schedule(
+                    Retry(org_id, run_id, claimed, outcome.attempts, error, retry_once, followers=followers)
+                )
+                return
             await self._record(org_id, run_id, claimed, outcome, where)
 
     def _one_attempt(
@@ -194,13 +211,17 @@ class NotifierHandlers:
             else {"org_id": str(retry.org_id)}
         )
         await self._record(retry.org_id, retry.run_id, retry.claimed, outcome, where)
+        if retry.followers:  # the run's next messages, which waited for this one
+            await self._send_claimed(retry.org_id, retry.run_id, list(retry.followers), where, late=True)
 
     async def _record_interrupted(self, retry: Retry, outcome: Outcome) -> None:
         # Stopping: its ``message.undelivered`` notice stays pending for the sweep of the next notifier.
-        await self._store.record_interrupted(retry.org_id, retry.run_id, retry.claimed, attempts=outcome.attempts)
-        MESSAGES_DELIVERED.labels(
-            retry.claimed.route.channel if retry.claimed.route else "none", retry.claimed.kind.value, "unknown"
-        ).inc()
+        # The messages waiting behind it were never attempted; recorded the same way (never sent later).
+        for claimed, attempts in ((retry.claimed, outcome.attempts), *((f, 0) for f in retry.followers)):
+            await self._store.record_interrupted(retry.org_id, retry.run_id, claimed, attempts=attempts)
+            MESSAGES_DELIVERED.labels(
+                claimed.route.channel if claimed.route else "none", claimed.kind.value, "unknown"
+            ).inc()
 
     async def close(self, grace_s: float) -> None:
         """At a stop: pending retries get ``grace_s``, the rest are recorded ``unknown``; notifications

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.notifier.channels import ChannelError
 from services.notifier.retry import Outcome, RetryPolicy
@@ -45,6 +45,9 @@ class Retry:
     attempts: int  # made so far
     error: ChannelError  # the last one
     send_once: Send  # one attempt (Outcome with attempts=1)
+    # The run's messages claimed after this one: they go out after it, in order (a reply never
+    # overtakes the message its run queued before it), once its retries ended either way.
+    followers: tuple[Claimed, ...] = ()
 
 
 class RetryQueue:
@@ -88,9 +91,7 @@ class RetryQueue:
                 await self._record(retry, Outcome(attempts=attempts, result=outcome.result, error=outcome.error))
                 return
             error = outcome.error
-            self._waiting[retry.claimed.message_id] = Retry(
-                retry.org_id, retry.run_id, retry.claimed, attempts, error, retry.send_once
-            )
+            self._waiting[retry.claimed.message_id] = replace(retry, attempts=attempts, error=error)
         log.warning(
             "send failed",
             extra={"run_id": str(retry.run_id), "error_code": error.code, "attempts": attempts, "transient": True},

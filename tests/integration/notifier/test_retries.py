@@ -274,3 +274,48 @@ async def test_a_server_error_without_an_echo_is_still_retried(
         assert (second.received_at - first.received_at).total_seconds() >= 0.5
     finally:
         await notifier.stop()
+
+
+async def test_a_queued_message_retried_in_the_background_still_goes_out_before_the_reply(
+    keyring: KeyRing,
+    world: World,
+    channel: ChannelServer,
+    notifier_settings: NotifierSettings,
+    publish: Publish,
+) -> None:
+    """The channel refused the run's queued message for a moment (503): the reply waits behind its
+    retry, so the customer reads the payment link before "anything else?", as the run wrote them."""
+    completed = world.run(text="Mais alguma coisa?")
+    world.queue_intent(completed, "Aqui está o link de pagamento.")
+    channel.fail_next(503)
+    notifier = await RunningNotifier(_patient(notifier_settings), keyring).wait_ready()
+    try:
+        await publish(Topics.RUN_COMPLETED, completed)
+        await eventually(lambda: sorted(_statuses(world, completed.run_id)), lambda s: s == ["sent", "sent"])
+    finally:
+        await notifier.stop()
+    assert [(s.text, s.status_returned) for s in channel.received] == [
+        ("Aqui está o link de pagamento.", 503),
+        ("Aqui está o link de pagamento.", 201),
+        ("Mais alguma coisa?", 201),
+    ]
+
+
+async def test_a_stop_during_a_retry_records_the_messages_waiting_behind_it(
+    keyring: KeyRing,
+    world: World,
+    channel: ChannelServer,
+    notifier_settings: NotifierSettings,
+    publish: Publish,
+) -> None:
+    """A graceful stop while the queued message is still being retried: it and the reply waiting
+    behind it are recorded ``unknown`` (never sent later), not left ``sending`` for the sweep."""
+    completed = world.run(text="Mais alguma coisa?")
+    world.queue_intent(completed, "Aqui está o link de pagamento.")
+    channel.fail_next(503, times=1000)
+    notifier = await RunningNotifier(_patient(notifier_settings, retry_grace_s=0.2), keyring).wait_ready()
+    await publish(Topics.RUN_COMPLETED, completed)
+    await channel.wait_for(2, timeout=20)
+    await notifier.stop()
+    assert sorted(_statuses(world, completed.run_id)) == ["unknown", "unknown"]
+    assert [s.text for s in channel.received if s.text == "Mais alguma coisa?"] == [], "the reply never went"
