@@ -129,10 +129,24 @@ async def logout(ctx: Authenticated) -> None:
     )
 
 
+class SessionRequired(Forbidden):
+    code = "session_required"
+    default_message = "Sign in (POST /api/v1/auth/login) to manage your own second factor"
+
+
 def _require_user(ctx: Authenticated) -> uuid.UUID:
     if ctx.principal.user_id is None:
         raise Forbidden("Only a user's token can manage that user's second factor")
     return ctx.principal.user_id
+
+
+def _require_signed_in_user(ctx: Authenticated) -> uuid.UUID:
+    """The person behind a login session. An automation token carries its creator's user id, but
+    whoever holds it (a CI job, a viewer's script) is not that person: enrolling a second factor
+    with it would give the holder the creator's TOTP secret — the admin's second factor."""
+    if ctx.principal.kind is not ApiTokenKind.SESSION:
+        raise SessionRequired()
+    return _require_user(ctx)
 
 
 @router.post(
@@ -159,7 +173,7 @@ async def change_password(body: ChangePassword, ctx: Authenticated) -> None:
 )
 async def start_totp(ctx: Authenticated, request: Request) -> Envelope[TotpEnrollment]:
     """Begin TOTP enrollment for the calling user."""
-    user_id = _require_user(ctx)
+    user_id = _require_signed_in_user(ctx)
     keyring = _keyring(request)
     secret, uri = await ctx.session.run_sync(lambda s: service.start_totp_enrollment(s, keyring, user_id=user_id))
     return Envelope(data=TotpEnrollment(secret=secret, otpauth_uri=uri))
@@ -172,7 +186,7 @@ async def start_totp(ctx: Authenticated, request: Request) -> Envelope[TotpEnrol
 )
 async def confirm_totp(body: TotpConfirm, ctx: Authenticated, request: Request) -> None:
     """Finish enrollment with a code from the authenticator; later logins can then prove MFA."""
-    user_id = _require_user(ctx)
+    user_id = _require_signed_in_user(ctx)
     keyring = _keyring(request)
     await ctx.session.run_sync(
         lambda s: service.confirm_totp_enrollment(s, keyring, user_id=user_id, org_id=ctx.org_id, code=body.code)

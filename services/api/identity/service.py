@@ -146,7 +146,10 @@ def login(
 ) -> NewToken:
     """Exchange credentials for a session token; MFA-verified only with a valid TOTP code."""
     user = repository.user_by_email(session, email)
-    if user is None or user.disabled_at is not None or not verify_password(password, user.password_hash):
+    # Checked whatever the email: an unknown one must cost the same scrypt as a wrong password, or
+    # the answer's timing tells which emails have accounts (verify_password spends it on a decoy).
+    password_ok = verify_password(password, user.password_hash if user is not None else None)
+    if user is None or user.disabled_at is not None or not password_ok:
         raise Unauthorized("Email or password is wrong")
     memberships = lookup_user_memberships(session, user.id)
     chosen = [m for m in memberships if org_id is None or m.org_id == org_id]
