@@ -141,10 +141,13 @@ def _require_user(ctx: Authenticated) -> uuid.UUID:
 
 
 def _require_signed_in_user(ctx: Authenticated) -> uuid.UUID:
-    """The person behind a login session. An automation token carries its creator's user id, but
+    """The person behind a login session (or the bootstrap token, MFA-verified by construction: the
+    operator's own first credential). An automation token carries its creator's user id, but
     whoever holds it (a CI job, a viewer's script) is not that person: enrolling a second factor
-    with it would give the holder the creator's TOTP secret — the admin's second factor."""
-    if ctx.principal.kind is not ApiTokenKind.SESSION:
+    with it would give the holder the creator's TOTP secret. Automation tokens are never
+    MFA-verified (services/api/identity/service.py), so that is what tells them apart."""
+    principal = ctx.principal
+    if principal.kind is not ApiTokenKind.SESSION and not principal.mfa_verified:
         raise SessionRequired()
     return _require_user(ctx)
 
