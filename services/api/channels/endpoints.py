@@ -412,10 +412,12 @@ async def archive_channel_session(
 )
 async def channel_session_qr(session_id: uuid.UUID, ctx: AdminWrite, request: Request) -> Envelope[ChannelQrCode]:
     """The QR code WAHA shows for linking the business's phone (while the session is ``scan_qr``):
-    linking a phone takes over the number, so it needs an admin with a second factor."""
-    _, target, _ = await _waha_session(session_id, ctx, request)
+    linking a phone takes over the number, so it needs an admin with a second factor, and each
+    code handed out is audited (``channel_session.qr_shown``: who could have linked a phone, when)."""
+    view, target, _ = await _waha_session(session_id, ctx, request)
     try:
         code = await waha_admin.qr_code(target, _egress(request))
     except waha_admin.WahaError as exc:
         raise _waha_error(exc) from None
+    await _record_waha_call(request, ctx, view.id, "channel_session.qr_shown", {"mimetype": code["mimetype"]})
     return Envelope(data=ChannelQrCode(**code))

@@ -104,7 +104,12 @@ def _merged_config(current: httpx.Response, webhook: dict[str, Any]) -> dict[str
         config = dict(current.json().get("config") or {})
     except (ValueError, AttributeError, TypeError):
         raise WahaError("channel_bad_answer", "WAHA's session answer was not a session") from None
-    others = [w for w in config.get("webhooks") or () if isinstance(w, dict) and w.get("url") != webhook["url"]]
+    listed = config.get("webhooks")  # another tool's config may hold anything here: only a list is one
+    others = (
+        [w for w in listed if isinstance(w, dict) and w.get("url") != webhook["url"]]
+        if isinstance(listed, list)
+        else []
+    )
     config["webhooks"] = [*others, webhook]
     return config
 

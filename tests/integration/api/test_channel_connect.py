@@ -86,6 +86,24 @@ async def test_connect_points_the_waha_session_at_its_webhook_and_shows_the_qr_c
     qr = await public_client.get(f"{path}/qr", headers=org.headers())
     assert qr.status_code == 200, qr.text
     assert qr.json()["data"]["mimetype"] == "image/png" and qr.json()["data"]["data"]
+    # Handing out a code that links a phone to the number is audited, like connecting it.
+    audit = await public_client.get(
+        "/api/v1/audit", params={"action": "channel_session.qr_shown"}, headers=org.headers()
+    )
+    assert [e["target_id"] for e in audit.json()["data"]] == [session["id"]], audit.text
+
+
+async def test_a_session_config_whose_webhooks_are_not_a_list_is_replaced_not_a_500(
+    public_client: httpx.AsyncClient, org: OrgHandle, waha: ChannelServer
+) -> None:
+    """The business's WAHA holds a config another tool wrote: ``webhooks`` may be anything there."""
+    session = await _session(public_client, org, waha, WAHA_KEY)
+    waha.add_session(session["external_session"], {"webhooks": 5, "metadata": {"team": "sales"}})
+    connected = await public_client.post(f"/api/v1/channel-sessions/{session['id']}:connect", headers=org.headers())
+    assert connected.status_code == 200, connected.text
+    config = waha.configs[session["external_session"]]
+    assert [w["url"] for w in config["webhooks"]] == [connected.json()["data"]["webhook_url"]]
+    assert config["metadata"] == {"team": "sales"}
 
 
 async def test_a_refused_api_key_or_an_unreachable_waha_is_a_clear_502(
