@@ -18,7 +18,7 @@ from typing import Final
 from services.runner.outcome import LoopOutcome, OutcomeKind
 from services.runner.providers.base import ProviderAccess
 from services.runner.subject import RunSubject
-from services.runner.summary import SummaryJob, ThreadSummarizer
+from services.runner.summary import SpendTally, SummaryJob, ThreadSummarizer
 
 # Each pass folds at most summary.MAX_BATCH_MESSAGES messages; a very long thread takes several.
 MAX_PASSES: Final = 10
@@ -33,12 +33,21 @@ class Compactor:
             return LoopOutcome(OutcomeKind.FINISHED, summary="/compact: nothing to compact (no conversation).")
         # A window of zero messages: everything newer than the summary's coverage is "older than the window".
         everything = replace(subject, version=replace(subject.version, history_message_window=0))
+        # The calls are this run's work: their spend is the run's (its row, run_completed, the agent's
+        # budget), and the version's cost budget stops further passes once reached.
+        tally = SpendTally()
+        job = SummaryJob(everything, access, tally=tally)
+        budget = subject.version.cost_budget_micros
         passes = 0
-        while passes < MAX_PASSES and await self._summarizer.summarize(SummaryJob(everything, access)):
+        while passes < MAX_PASSES and tally.cost_micros < budget and await self._summarizer.summarize(job):
             passes += 1
         summary = (
             f"/compact: the thread summary was compacted ({passes} pass(es)); no reply was sent."
             if passes
             else "/compact: the thread summary already covers every message; no reply was sent."
         )
-        return LoopOutcome(OutcomeKind.FINISHED, summary=summary)
+        if passes and tally.cost_micros >= budget:
+            summary += " Stopped at the run's cost budget: send /compact again to go on."
+        return LoopOutcome(
+            OutcomeKind.FINISHED, summary=summary, usage=tally.usage, cost_micros=tally.cost_micros, steps=passes
+        )

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
 
@@ -88,12 +88,27 @@ class Coverage:
     created_at: datetime | None = None
 
 
+@dataclass(slots=True)
+class SpendTally:
+    """What a run's own summary calls spent (``/compact``): the run records it, not the org alone."""
+
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    cost_micros: int = 0
+
+    def add(self, usage: TokenUsage, cost: int) -> None:
+        self.usage += usage
+        self.cost_micros += cost
+
+
 @dataclass(frozen=True, slots=True)
 class SummaryJob:
-    """What a job needs of the finished run."""
+    """What a job needs of the finished run. ``tally``: the calls are the run's own (``/compact``),
+    so their spend goes to the run — its row, ``run_completed``, its agent's budget — through the
+    run's finish, not to the org's ledger apart."""
 
     subject: RunSubject
     access: ProviderAccess | None
+    tally: SpendTally | None = None
 
 
 PriceOf = Callable[[str, str], Awaitable[ModelPrice]]
@@ -374,8 +389,12 @@ class ThreadSummarizer:
 
 
 async def _count(session: AsyncSession, job: SummaryJob, usage: TokenUsage, cost: int) -> None:
-    """A summary call in the usage ledger: the org's, outside any agent's budget (no agent id)."""
+    """A summary call in the usage ledger: the org's, outside any agent's budget (no agent id) —
+    unless the call is the run's own work (``job.tally``): then the run's finish records it."""
     if not usage.total:
+        return
+    if job.tally is not None:
+        job.tally.add(usage, cost)
         return
     org_id = job.subject.request.org_id
     await session.run_sync(

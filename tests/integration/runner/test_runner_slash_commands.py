@@ -113,6 +113,12 @@ async def test_compact_summarizes_now_and_never_reaches_the_model_nor_the_messag
     assert row.status == "completed" and row.vitality == "completed"
     assert row.final_text is None and row.would_send_to is None  # nothing is sent to anyone
     assert "/compact" in (row.summary or "")
+    # The summarization is the run's work: its spend shows on the run and counts for its agent.
+    assert row.tokens_in > 0 and row.tokens_out > 0 and row.cost_micros > 0 and row.steps_count == 1
+    [done] = [r for r in _outbox(rh, agent, Topics.RUN_COMPLETED) if r.run_id == compact.run_id]
+    assert (done.tokens_in, done.cost_micro_usd) == (row.tokens_in, row.cost_micros)
+    agentless = "SELECT count(*) FROM usage_entries WHERE agent_id IS NULL AND created_at > now() - interval '1 minute'"
+    assert rh.scalar(agent.org_id, agentless) == 0, "not counted a second time as the org's own"
     sent = rh.fake.received[before:]
     assert len(sent) == 1 and SUMMARY_TASK in json.dumps(sent[0].body)  # only the summarization request
     assert all("/compact" not in json.dumps(r.body) for r in rh.fake.received)
