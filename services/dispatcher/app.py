@@ -103,12 +103,20 @@ class TableStore:
         value = self._table.data.get(key)
         return bytes(value) if value is not None else None
 
-    def set(self, key: bytes, value: bytes | None) -> None:
-        """The local copy only: the processor writes the changelog record with its batch."""
+    def set(self, key: bytes, value: bytes | None, partition: int) -> None:
+        """The local copy only: the processor writes the changelog record with its batch. The key's
+        partition is recorded as faust's own changelog recovery does (``Store._key_partition``):
+        after a rebalance faust drops the keys of the partitions this worker no longer holds by that
+        map, and a key missing from it stayed — a stale copy of a conversation another worker now
+        owns, ticked here after every rebalance, and back as the truth if the partition returned
+        once its tombstone was compacted away."""
+        store = self._table.data
         if value is None:
-            self._table.data.pop(key, None)
+            store.pop(key, None)
+            store._key_partition.pop(key, None)
         else:
-            self._table.data[key] = value
+            store[key] = value
+            store._key_partition[key] = partition
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         return iter(list(self._table.data.items()))

@@ -86,7 +86,7 @@ class StateStore(Protocol):
 
     def get(self, key: bytes) -> bytes | None: ...
 
-    def set(self, key: bytes, value: bytes | None) -> None: ...
+    def set(self, key: bytes, value: bytes | None, partition: int) -> None: ...
 
 
 # (physical topic name, key, value); a None value is a tombstone.
@@ -125,6 +125,7 @@ class _Group:
     org_id: uuid.UUID
     events: list[tuple[InEvent, Record]]
     before: bytes | None
+    partition: int  # the conversation's, on every co-partitioned topic and the changelog
     transition: Transition | None = None
     failed: frozenset[int] = frozenset()
 
@@ -247,7 +248,9 @@ class BatchProcessor:
                 continue
             group = groups.get(key)
             if group is None:
-                group = groups[key] = _Group(key=key, org_id=org_id, events=[], before=self._store.get(key))
+                group = groups[key] = _Group(
+                    key=key, org_id=org_id, events=[], before=self._store.get(key), partition=event.partition
+                )
             elif group.org_id != org_id:
                 await self._dead_letter(event, "org_mismatch", "record names another org than its conversation")
                 continue
@@ -320,7 +323,7 @@ class BatchProcessor:
             new_state = transition.state
             after = new_state.to_bytes() if new_state is not None else None
             if after != group.before:
-                self._store.set(group.key, after)
+                self._store.set(group.key, after, group.partition)
                 first_wave.append((changelog, group.key, after))
                 if self._due is not None:
                     self._due.update(

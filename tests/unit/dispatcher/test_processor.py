@@ -55,7 +55,7 @@ class FakeStore:
     def get(self, key: bytes) -> bytes | None:
         return self.data.get(key)
 
-    def set(self, key: bytes, value: bytes | None) -> None:
+    def set(self, key: bytes, value: bytes | None, partition: int) -> None:
         if value is None:
             self.data.pop(key, None)
         else:
