@@ -89,6 +89,10 @@ class ModelPrice:
         rate = max(self.input, self.cache_read_micros_per_mtok or 0, self.cache_write_micros_per_mtok or 0)
         return math.ceil(tokens * rate / MICROS_PER_MILLION_TOKENS)
 
+    def output_cost(self, tokens: int) -> int:
+        """Upper bound of ``tokens`` of output."""
+        return math.ceil(tokens * self.output / MICROS_PER_MILLION_TOKENS)
+
 
 @dataclass(frozen=True, slots=True)
 class RunLimits:
@@ -160,9 +164,5 @@ def admit_step(
             cap = 0
         if cap < limits.min_output_tokens:
             return Admission(refusal=COST_BUDGET_EXCEEDED)
-    projected = (
-        cost_micros
-        + price.worst_input_cost(next_input_tokens)
-        + math.ceil(cap * price.output / MICROS_PER_MILLION_TOKENS)
-    )
+    projected = cost_micros + price.worst_input_cost(next_input_tokens) + price.output_cost(cap)
     return Admission(max_output_tokens=cap, projected_cost_micros=projected)

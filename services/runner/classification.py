@@ -26,7 +26,7 @@ from typing import Any
 
 import jsonschema
 
-from services.runner.budget import ModelPrice, helper_output
+from services.runner.budget import ModelPrice, RunLimits, estimate_tokens, helper_output
 from services.runner.context import PromptDraft
 from services.runner.loop import model_entry
 from services.runner.pii import Pseudonymizer
@@ -162,8 +162,11 @@ async def classify_inbound(
     pii: Pseudonymizer,
     timeout_s: float,
     reasoning_allowance_tokens: int,
+    budget: RunLimits | None = None,
 ) -> LabelResult:
-    """Label ``text`` (the run's inbound messages) with one structured-output call."""
+    """Label ``text`` (the run's inbound messages) with one structured-output call — only when the
+    run's budget (``budget``: its token and cost limits) covers that call's worst case: the call is
+    the run's, and a long message must not take the run past its budget before the loop starts."""
     started = time.monotonic()
     started_at = _now()
     if not provider.is_llm:
@@ -177,6 +180,17 @@ async def classify_inbound(
         }
         return LabelResult(ruled, entries=(entry,))
     cap, reasoning_tokens = helper_output(price, MAX_OUTPUT_TOKENS, reasoning_allowance_tokens)
+    if budget is not None:
+        worst_input = estimate_tokens(INSTRUCTIONS + text + json.dumps(CLASSIFY_TOOL.input_schema))
+        worst_cost = price.worst_input_cost(worst_input) + price.output_cost(cap)
+        if worst_input + cap > budget.token_budget or worst_cost > budget.cost_budget_micros:
+            detail = f"the run's budget cannot cover the labeling call (up to {worst_cost} micro-USD)"
+            return LabelResult(
+                None,
+                entries=(
+                    {"step": 0, "kind": "guard", "name": "classification_skipped", "detail": detail, "at": _now()},
+                ),
+            )
     request = pii.seal(
         ModelRequest(
             model=model,

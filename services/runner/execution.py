@@ -80,7 +80,7 @@ from services.runner.state import StateStore, run_state
 from services.runner.steering import RunSteering
 from services.runner.store import ClaimState, Finish, RunStore, StartPlan
 from services.runner.subagents import NestedRuntime, SubAgentTools, load_subagents
-from services.runner.subject import RunSubject
+from services.runner.subject import RunSubject, VersionConfig
 from services.runner.tools import McpToolBox, NoTools, ToolBox, ToolCatalog, ToolServerUnavailable
 from services.runner.turns import Turn, TurnPlanner
 from switchboard.contracts import Action, RunRequested, SendTarget
@@ -362,16 +362,7 @@ class RunExecutor:
             loop = AgentLoop(
                 config=LoopConfig(
                     model=version.model,
-                    limits=turn.limits(
-                        RunLimits(
-                            max_steps=version.max_steps,
-                            token_budget=version.token_budget,
-                            cost_budget_micros=version.cost_budget_micros,
-                            max_output_tokens=self._settings.max_output_tokens,
-                            min_output_tokens=self._settings.min_output_tokens,
-                            reasoning_allowance_tokens=self._settings.reasoning_allowance_tokens,
-                        )
-                    ),
+                    limits=turn.limits(self._limits(version)),
                     price=price,
                     call_timeout_s=self._settings.model_call_timeout_s,
                     tool_timeout_s=self._settings.tool_call_timeout_s,
@@ -432,6 +423,17 @@ class RunExecutor:
         )
         return await runtime.tools_for(subject.version, depth=0, chain=frozenset({subject.request.agent_id}))
 
+    def _limits(self, version: VersionConfig) -> RunLimits:
+        """The version's per-run budgets with the runner's output settings."""
+        return RunLimits(
+            max_steps=version.max_steps,
+            token_budget=version.token_budget,
+            cost_budget_micros=version.cost_budget_micros,
+            max_output_tokens=self._settings.max_output_tokens,
+            min_output_tokens=self._settings.min_output_tokens,
+            reasoning_allowance_tokens=self._settings.reasoning_allowance_tokens,
+        )
+
     async def _classify(
         self,
         subject: RunSubject,
@@ -452,6 +454,7 @@ class RunExecutor:
             pii=pii,
             timeout_s=self._settings.model_call_timeout_s,
             reasoning_allowance_tokens=self._settings.reasoning_allowance_tokens,
+            budget=self._limits(subject.version),
         )
         if labeled.labels is not None:
             await _with_db_retries(

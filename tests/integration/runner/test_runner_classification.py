@@ -119,3 +119,19 @@ async def test_the_demo_model_labels_deterministically(rh: RunnerHarness) -> Non
         "tone": "angry",
     }
     assert row.tokens_in == 0 and row.cost_micros == 0
+
+
+async def test_a_labeling_call_the_runs_budget_cannot_cover_is_not_made(rh: RunnerHarness) -> None:
+    """A long message on a small budget: the labeling call's worst case would take the run past
+    its cost budget before the loop starts, so it is skipped (and says so) — the run stays within."""
+    budget = 10_000  # $0.01, the least a version may have
+    agent = create_agent(rh.db, cost_budget_micros=budget, token_budget=50_000)
+    enable(rh, agent)
+    rh.fake.script(
+        lambda received: tool("record_classification", LABELS) if is_classification(received) else Reply(text="Ok.")
+    )
+    before = len(rh.fake.received)
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "quero saber " * 4_000)]))
+    assert not any(is_classification(c) for c in rh.fake.received[before:]), "no labeling call was made"
+    assert any(e["kind"] == "guard" and e["name"] == "classification_skipped" for e in row.tool_calls)
+    assert row.cost_micros <= budget and row.classification is None
