@@ -141,7 +141,7 @@ class NotifierHandlers:
         assert insight.run_id is not None
         where = {"run_id": str(insight.run_id), "org_id": str(insight.org_id), "insight_key": insight.insight_key}
         claimed = await self._store.claim_intents(insight.org_id, insight.run_id)
-        await self._send_claimed(insight.org_id, insight.run_id, claimed, where)
+        await self._send_claimed(insight.org_id, insight.run_id, claimed, where, owners_word=True)
 
     async def _send_claimed(
         self,
@@ -151,14 +151,17 @@ class NotifierHandlers:
         where: dict[str, str],
         *,
         late: bool = False,
+        owners_word: bool = False,
     ) -> None:
         """Send the claims in order. One that fails for a moment is retried in the background, and
         the ones after it wait for it there: the customer gets a run's messages in the order the run
         wrote them (a reply's "anything else?" never before the payment link queued ahead of it).
-        ``late``: they waited behind a retry, so each first looks at what a retry looks at."""
+        ``late``: they waited behind a retry, so each first looks at what a retry looks at.
+        ``owners_word``: what an owner's approval queued — sent like a person's own message, whatever
+        a takeover since (its first attempt never looked; its retries must not either)."""
         for index, claimed in enumerate(claims):
             await self._hooks.after_claim(claimed)
-            for_agents = run_id is not None
+            for_agents = run_id is not None and not owners_word
             if late:
                 outcome = await self._one_attempt(claimed, where, for_agents=for_agents, org_id=org_id)()
             else:

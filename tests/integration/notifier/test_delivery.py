@@ -22,7 +22,7 @@ from switchboard.contracts import Insight, InsightKind, Record, RunStatus, Topic
 from switchboard.contracts.enums import InsightStatus
 from switchboard.crypto import KeyRing
 from switchboard.db.enums import Role
-from switchboard.db.models import ChannelSession, Message
+from switchboard.db.models import ChannelSession, Conversation, Message
 from tests.integration.notifier.conftest import RunningNotifier, World, eventually
 from tests.support.agents import tenant_session
 from tests.support.api import create_org
@@ -309,6 +309,31 @@ async def test_a_run_that_fails_does_not_take_its_owners_approval_with_it(
     await publish(Topics.INSIGHTS, _actioned(failed, InsightStatus.ACTIONED))
     await eventually(lambda: _statuses(world, failed.run_id), lambda s: s == ["sent"])
     assert [s.text for s in channel.received] == ["Aqui está o catálogo."]
+
+
+async def test_an_owners_approved_send_is_retried_like_a_persons_own_message(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    """People own the conversation, and the owner approves a send all the same: the approval is a
+    person's decision, sent whatever the takeover — by its retry too (a 503 on the first attempt
+    used to end it withheld as ``conversation_with_humans``, a WhatsApp hiccup deciding)."""
+    completed = world.run(status=RunStatus.FAILED, text=None)
+    approved_id = world.queue_intent(completed, "Aqui está o catálogo.", approved=True)
+    with tenant_session(world.org) as session:
+        session.execute(
+            update(Conversation)
+            .where(Conversation.id == world.conversation_id)
+            .values(status="handoff", handoff_at=func.now())
+        )
+    channel.fail_next(503)
+    await start_notifier()
+    await publish(Topics.INSIGHTS, _actioned(completed, InsightStatus.ACTIONED))
+    await eventually(lambda: _statuses(world, completed.run_id), lambda s: s == ["sent"])
+    assert [(s.text, s.status_returned) for s in channel.received] == [
+        ("Aqui está o catálogo.", 503),
+        ("Aqui está o catálogo.", 201),
+    ]
+    assert [m.delivery_status for m in world.outbound(completed.run_id) if m.id == approved_id] == ["sent"]
 
 
 @pytest.mark.parametrize("stored_key", [None, "a-key-the-tenant-stored"])
