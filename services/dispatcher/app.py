@@ -195,6 +195,7 @@ class DispatcherApp:
         self._stopping = False
         self._received = 0
         self._batch_running = False
+        self._recovered_once = False
 
         async def dispatch(stream: Any) -> None:
             # Group commit: this agent only collects events; ``_drain`` processes them in
@@ -285,8 +286,21 @@ class DispatcherApp:
 
     @property
     def ready(self) -> bool:
-        """Partitions assigned and the table recovered, and no rebalance under way."""
-        return self.rebalances > 0 and not self.app.rebalancing
+        """Partitions assigned and the table recovered, and no rebalance under way (the timer's
+        condition: no ticks from a table being recovered)."""
+        live = self.rebalances > 0 and not self.app.rebalancing
+        if live:
+            self._recovered_once = True
+        return live
+
+    @property
+    def serving(self) -> bool:
+        """The readiness probe's answer: latched once the table was first recovered. A later
+        rebalance — every eviction or start of a peer causes one, and recovering a partition from
+        its changelog can take longer than the probe's patience — must not mark every worker
+        unready at once: with the PDB's ``AlwaysAllow`` for unhealthy pods, a drain could then
+        evict them all (found in review, 2026-12-05)."""
+        return self._recovered_once or self.ready
 
     async def start(self) -> None:
         await self.app.start()

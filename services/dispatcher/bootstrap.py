@@ -222,7 +222,7 @@ class Dispatcher:
 
     async def ready(self) -> bool:
         sink_ready = self.sink is None or await self.sink.ready()
-        return self.feed.caught_up.is_set() and self.faust.ready and sink_ready
+        return self.feed.caught_up.is_set() and self.faust.serving and sink_ready
 
     async def _topics_ready(self, stop: asyncio.Event) -> bool:
         """Wait until every topic the dispatcher touches exists with its registered shape.

@@ -5,9 +5,11 @@ from __future__ import annotations
 import tempfile
 
 import faust
+import pytest
 from faust.types import TP
 
-from services.dispatcher.app import TableStore
+from services.dispatcher.app import DispatcherApp, TableStore
+from services.dispatcher.settings import DispatcherSettings
 
 CHANGELOG = "x-conversations-changelog"
 
@@ -27,3 +29,24 @@ async def test_a_rebalance_drops_the_states_of_partitions_this_worker_no_longer_
 
     assert dict(store.items()) == {b"kept": b"state-0"}
     assert store.get(b"moved") is None
+
+
+async def _noop() -> None:
+    return None
+
+
+def test_readiness_holds_through_a_later_rebalance_once_the_table_was_recovered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe stays ready while a peer's eviction rebalances the group (recovery may outlast the
+    probe's patience); before the first recovery it is not ready."""
+    app = DispatcherApp(DispatcherSettings(), on_batch=lambda _: _noop(), on_timer=_noop, on_rebalanced=lambda: None)
+    rebalancing = {"now": True}
+    monkeypatch.setattr(type(app.app), "rebalancing", property(lambda _: rebalancing["now"]))  # faust's flag
+    assert not app.serving, "not ready before any partition was recovered"
+    app.rebalances = 1
+    rebalancing["now"] = False
+    assert app.ready and app.serving
+    rebalancing["now"] = True  # a peer left: the group rebalances and this worker recovers partitions
+    assert not app.ready, "the timer still waits for the recovery"
+    assert app.serving, "the probe does not take the worker out of the PDB's count"
