@@ -43,8 +43,10 @@ WITHDRAWN_RUN_LOST: Final = "withdrawn_run_lost"
 ANSWERED_ELSEWHERE: Final = frozenset(
     {INTERRUPTED, "already_answered", "classification_mismatch", WITH_HUMANS, CONTACT_ERASED}
 )
+# ``error_code`` of a run its runner handed back at a stop (a rolling deploy, a scale-down).
+RUNNER_SHUTDOWN: Final = "runner_shutdown"
 # ``error_code`` of a run its runner handed back: the dispatcher recovers it.
-HANDED_BACK_CODES: Final = frozenset({"runner_shutdown", "superseded"})
+HANDED_BACK_CODES: Final = frozenset({RUNNER_SHUTDOWN, "superseded"})
 
 
 def handed_back(completed: RunCompleted) -> bool:

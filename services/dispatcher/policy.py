@@ -77,11 +77,14 @@ from switchboard.contracts import (
     WakeReason,
 )
 from switchboard.observability.logging import get_logger
-from switchboard.run_outcomes import INTERRUPTED, WITH_HUMANS
+from switchboard.run_outcomes import INTERRUPTED, RUNNER_SHUTDOWN, WITH_HUMANS
 
 log = get_logger(__name__)
 
 HANDED_OFF_REASON = "conversation handed off to humans"
+# Attempts handed back at a stop that a run may have beyond DISPATCHER_MAX_ATTEMPTS: a bound, so a
+# run no runner can ever finish within its stop grace is still closed one day.
+MAX_HANDBACKS = 10
 INTERRUPT_TEXT = "A new customer message arrived: stop at this turn boundary; a new run will answer every message."
 
 
@@ -674,7 +677,15 @@ def on_run_completed(state: ConversationState, completed: RunCompleted, ctx: Con
         return False
     if completed.error_family is ErrorFamily.PROCESS_LOST and completed.status is RunStatus.FAILED:
         # The runner handed the run back (shutdown): recover now instead of waiting for the lease.
-        _lose_or_recover(state, active, ctx, t, reason="the runner handed the run back", lease_expired=False)
+        _lose_or_recover(
+            state,
+            active,
+            ctx,
+            t,
+            reason="the runner handed the run back",
+            lease_expired=False,
+            handed_back=completed.error_code == RUNNER_SHUTDOWN,
+        )
         return True
     state.close_run(active.run_id)
     state.active = None
@@ -744,11 +755,24 @@ def _start_due(state: ConversationState, ctx: Context, t: Transition) -> None:
 
 
 def _lose_or_recover(
-    state: ConversationState, active: ActiveRun, ctx: Context, t: Transition, *, reason: str, lease_expired: bool
+    state: ConversationState,
+    active: ActiveRun,
+    ctx: Context,
+    t: Transition,
+    *,
+    reason: str,
+    lease_expired: bool,
+    handed_back: bool = False,
 ) -> None:
+    """Another attempt while the run has attempts left, else ``lost``. An attempt its runner handed
+    back at a stop does not count (up to ``MAX_HANDBACKS``): a rolling deploy of the runners is not
+    the run's failure, and three of them (or one, with a scale-down after it) used to lose it."""
     state.close_run(active.run_id)
-    if active.attempt < ctx.config.max_attempts:
+    handbacks = active.handbacks + (1 if handed_back else 0)
+    counted = active.attempt - handbacks
+    if counted < ctx.config.max_attempts and handbacks <= MAX_HANDBACKS:
         attempt = recovery.recovery_attempt(active, ctx.now, ctx.config.lease_s, ctx.config.start_lease_s)
+        attempt.handbacks = handbacks
         attempt.requested_by = ctx.config.incarnation
         state.active = attempt
         t.outputs.append(Emit(Topics.RUN_REQUESTED, _request_of(state, attempt, ctx)))

@@ -77,6 +77,9 @@ class ActiveRun(_Model):
     # one that takes the conversation over before any acknowledgment sends it once more.
     requested_by: str = ""
     interrupt_requested: bool = False
+    # Attempts that ended with their runner handing the run back at a stop (a rolling deploy, a
+    # scale-down, a drain): not the run's failure, so not counted against DISPATCHER_MAX_ATTEMPTS.
+    handbacks: int = 0
 
     @property
     def messages(self) -> tuple[InboundMessage, ...]:

@@ -32,8 +32,11 @@ class RunnerSettings(ServiceSettings):
     max_in_flight: int = Field(default=200, ge=1, le=10_000)
     # The dispatcher expects a heartbeat per in-flight run at this period (docs/dispatcher.md).
     heartbeat_s: float = Field(default=10.0, gt=0, le=300)
-    # SIGTERM: stop taking runs, let in-flight ones finish this long, then hand the rest back.
-    shutdown_grace_s: float = Field(default=20.0, ge=0, le=600)
+    # SIGTERM: stop taking runs, let in-flight ones finish this long, then hand the rest back (the
+    # dispatcher recovers them at once, without counting the attempt). 90 s lets most runs finish —
+    # a model call may take up to RUNNER_MODEL_CALL_TIMEOUT_S — so a rolling deploy seldom pays for
+    # a run twice; the pod's terminationGracePeriodSeconds is derived from it (make manifests).
+    shutdown_grace_s: float = Field(default=90.0, ge=0, le=600)
     # A run whose conversation still has an active run waits this long for it to end.
     claim_wait_s: float = Field(default=60.0, ge=0, le=3600)
     # Another runner's active run counts as dead when its heartbeat is older than this.

@@ -467,6 +467,33 @@ def test_a_run_handed_back_by_its_runner_is_recovered_at_once() -> None:
     assert t.decisions[0].reason == "the runner handed the run back"
 
 
+def test_attempts_handed_back_at_a_stop_do_not_use_up_the_runs_attempts() -> None:
+    """Rolling deploys hand the run back three times (each runner stops before it finished): that
+    is not the run's failure, so it is recovered again each time — and three real losses after
+    that still close it as lost (DISPATCHER_MAX_ATTEMPTS counts only those)."""
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE)
+    at = T0
+    current = run
+    for _ in range(3):  # three stops in a row
+        at += timedelta(seconds=2)
+        back = completed(
+            current.run_id,
+            current.agent_id,
+            current.version_id,
+            status=RunStatus.FAILED,
+            error_family=ErrorFamily.PROCESS_LOST,
+        ).model_copy(update={"error_code": "runner_shutdown"})
+        (current,) = runs(conv.send(back, at=at))
+    assert current.attempt == 4 and conv.active.handbacks == 3
+    for expected in (5, 6):  # two real losses (leases lapsed): recovered again
+        at += timedelta(minutes=5)
+        (current,) = runs(conv.send(tick(at), at=at))
+        assert current.attempt == expected
+    at += timedelta(minutes=5)
+    t = conv.send(tick(at), at=at)
+    assert runs(t) == [] and outcomes(t)[0] == DispatchOutcome.LOST, "the third real loss closes it"
+
+
 def test_a_tick_before_the_lease_expires_does_nothing() -> None:
     conv, _ = start_busy(ConcurrencyPolicy.ENQUEUE)
     assert conv.send(tick(T0), at=T0 + timedelta(seconds=29)).outputs == []
