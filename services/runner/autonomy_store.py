@@ -154,9 +154,7 @@ class AutonomyPreload:
         return {}
 
     def parse(self, value: Any, subject: RunSubject) -> object:
-        if may_resume(subject.request) or not needs_autonomy(
-            subject, subject.version.granted_tools()
-        ):
+        if may_resume(subject.request) or not needs_autonomy(subject, subject.version.granted_tools()):
             return MISSING
         areas = value.get("areas") or ()
         settings = AutonomySettings(
