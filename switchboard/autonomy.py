@@ -83,9 +83,14 @@ class AutonomySettings:
         return tuple(name for name in granted if self.gate(name) is not Gate.HIDDEN)
 
 
+# The insight key of a promote suggestion's row (``promotion_key``): its Home card is the brief's
+# promotion, and it is answered through /api/v1/autonomy/{area}/promotions/{type}:accept|:dismiss.
+PROMOTION_KEY_PREFIX: Final = "promote:"
+
+
 def promotion_key(area: str, action_type: str) -> str:
     """The dedupe key of a promote suggestion's ``workspace_insights`` row (the owner's answer is kept there)."""
-    return f"promote:{area}:{action_type}"
+    return f"{PROMOTION_KEY_PREFIX}{area}:{action_type}"
 
 
 def promotion_due(approvals: int, current_mode: AutonomyMode) -> bool:

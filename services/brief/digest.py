@@ -23,6 +23,7 @@ from datetime import date
 from typing import Any
 
 from services.brief.catalog import DigestCatalog
+from switchboard.autonomy import PROMOTION_KEY_PREFIX
 from switchboard.db.daily_brief import pinned_first
 
 OPEN_INSIGHT_STATUSES = frozenset({"new", "seen"})
@@ -303,6 +304,19 @@ def _action_item(action: ActionFact, catalog: DigestCatalog, **extra: Any) -> di
     }
 
 
+# The keys of the rows behind Home items that are not insight cards of their own: a proposed
+# action's (``decision:<action id>``, the runner's autonomy gate) and a promote suggestion's
+# (``switchboard.autonomy.promotion_key``).
+PROPOSAL_KEY_PREFIX = "decision:"
+
+
+def _proposal_id(insight: InsightFact) -> str | None:
+    """The action id of a proposed action's insight whose record does not carry the action."""
+    if insight.kind != "proposed_action" or not insight.insight_key.startswith(PROPOSAL_KEY_PREFIX):
+        return None
+    return insight.insight_key.removeprefix(PROPOSAL_KEY_PREFIX)
+
+
 def todo(inputs: DayInputs, catalog: DigestCatalog) -> list[dict[str, Any]]:
     """Promote suggestions, then proposed actions, then insights, then the owner's own items —
     whatever still waits, from this day or the ones before it."""
@@ -321,19 +335,28 @@ def todo(inputs: DayInputs, catalog: DigestCatalog) -> list[dict[str, Any]]:
         for p in sorted(inputs.promotions, key=lambda p: (p.area, p.action_type))
     ]
     proposals: dict[str, dict[str, Any]] = {}
+    closed_proposals: set[str] = set()
     insights: list[dict[str, Any]] = []
     # An insight key is a fact of one day only (its latest record's), so the lists never overlap.
     every_insight = [*inputs.earlier_insights, *inputs.insights]
     for insight in sorted(every_insight, key=lambda i: (i.area, i.insight_key)):
         status = inputs.insight_status.get(insight.insight_key, insight.status)
-        if status not in OPEN_INSIGHT_STATUSES:
-            continue
+        if insight.insight_key.startswith(PROMOTION_KEY_PREFIX):
+            continue  # a promote suggestion's own row: its card is the promotion above, never a second one
         action = insight.proposed_action
-        if insight.kind == "proposed_action" and action is not None:
-            if action.action_id not in inputs.decided_actions:
-                proposals[action.action_id] = _action_item(
+        proposal_id = action.action_id if action is not None else _proposal_id(insight)
+        if proposal_id is not None:
+            # A proposed action's Home card. A status change made through /insights (seen, dismissed)
+            # comes as a record without the action: the card stays one card (the run reported the
+            # action too), and a dismissed one stays off the list (it was brought back from the run).
+            if status not in OPEN_INSIGHT_STATUSES:
+                closed_proposals.add(proposal_id)
+            elif action is not None and proposal_id not in inputs.decided_actions:
+                proposals[proposal_id] = _action_item(
                     action, catalog, title=insight.title, body=insight.body, insight_key=insight.insight_key
                 )
+            continue
+        if status not in OPEN_INSIGHT_STATUSES:
             continue
         insights.append(
             {
@@ -351,7 +374,8 @@ def todo(inputs: DayInputs, catalog: DigestCatalog) -> list[dict[str, Any]]:
     # Proposed actions a run reported without an insight record of their own.
     for run in [*inputs.earlier_runs, *inputs.runs]:
         for action in run.proposed:
-            if action.action_id not in proposals and action.action_id not in inputs.decided_actions:
+            known = proposals.keys() | inputs.decided_actions | closed_proposals
+            if action.action_id not in known:
                 proposals[action.action_id] = _action_item(action, catalog)
     ordered = sorted(proposals.values(), key=lambda item: (item["area"], item["action_type"], item["action_id"]))
     retired = [

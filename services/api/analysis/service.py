@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from services.api.analysis.schemas import InsightView
 from services.api.core.errors import Conflict, NotFound, ValidationFailed
 from switchboard.areas import is_area
+from switchboard.autonomy import PROMOTION_KEY_PREFIX
 from switchboard.contracts import Serde, Topics
 from switchboard.db.audit import record_audit
 from switchboard.db.enums import InsightStatus
@@ -72,6 +73,13 @@ class InsightDecidedByApproval(Conflict):
     default_message = "This insight is a proposed action: approve or reject its decision instead"
 
 
+class InsightDecidedByPromotion(Conflict):
+    code = "insight_decided_by_promotion"
+    default_message = (
+        "This insight is a promote suggestion: accept or dismiss it under /api/v1/autonomy/{area}/promotions"
+    )
+
+
 class UnknownSuggestedAction(ValidationFailed):
     code = "insight_action_unknown"
     default_message = "action_type must be one of the insight's suggested actions"
@@ -128,6 +136,10 @@ def mark_actioned(
     row = _locked(session, org_id, insight_id)
     if row.agent_decision_id is not None:
         raise InsightDecidedByApproval()
+    if row.dedupe_key.startswith(PROMOTION_KEY_PREFIX):
+        # Marking it actioned here would close the suggestion and change no mode: the owner
+        # answers it where it changes the mode (docs/autonomy.md "Promotion").
+        raise InsightDecidedByPromotion()
     if action_type is not None and action_type not in {a.get("action_type") for a in row.suggested_actions}:
         raise UnknownSuggestedAction()
     details = {"action_type": action_type} if action_type is not None else {}

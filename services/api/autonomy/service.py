@@ -27,6 +27,7 @@ from switchboard.autonomy import PROMOTE_AFTER_APPROVALS, load_settings, promoti
 from switchboard.contracts import DispatchRequested, Serde, SuggestedAction, Topics, WakeContext
 from switchboard.contracts.enums import InsightKind, InsightStatus, WakeReason
 from switchboard.db.audit import record_audit
+from switchboard.db.daily_brief import org_today
 from switchboard.db.enums import AWAITING_APPROVAL, AutonomyMode, ConversationStatus, DecisionStatus
 from switchboard.db.insights import status_record, upsert_insight
 from switchboard.db.models import AiAgentRun, Conversation, Organization
@@ -383,6 +384,9 @@ def _promotion_row(session: Session, org_id: uuid.UUID, area: str, action_type: 
             f"Only {action_type}: the rest of the {area} area keeps its mode."
         ),
         kind=InsightKind.INSIGHT,
+        # The org's day, as every Home item is dated (the database's CURRENT_DATE is the server's:
+        # west of UTC in the evening, tomorrow — the answered card then stayed on today's Home).
+        insight_date=org_today(session, org_id),
         suggested_actions=[
             SuggestedAction(
                 action_type="set_action_autonomy",

@@ -7,16 +7,18 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from sqlalchemy import delete, select
 
-from services.api.autonomy.service import decide_promotion
+from services.api.analysis.service import InsightDecidedByPromotion, mark_actioned
+from services.api.autonomy.service import _promotion_row, decide_promotion
 from switchboard.contracts import Insight, RunCompleted, Serde, Topics
 from switchboard.contracts.enums import ErrorFamily, RunStatus, Vitality
 from switchboard.contracts.records import Action
 from switchboard.db.models import AiAgentRun, Message, OutboxEvent
-from switchboard.db.models.autonomy import AgentDecision, WorkspaceDailyBrief, WorkspaceHomePrefs
+from switchboard.db.models.autonomy import AgentDecision, WorkspaceDailyBrief, WorkspaceHomePrefs, WorkspaceInsight
 from switchboard.db.models.brief import BriefFact, WorkspaceTodo
 from switchboard.db.models.notifications import RunDelivery
 from switchboard.db.todos import add_todo
@@ -254,6 +256,38 @@ async def test_a_dismissed_promote_suggestion_leaves_the_home_for_good(
         await producer.send(Topics.RUN_COMPLETED, run_completed(scene, _utc(20, 14), cost=10_000))
         await wait_for(lambda: (stored_digest(scene, DAY) or {}).get("pulse", {}).get("runs") == 2, what="run two")
     assert promote_cards() == []
+
+
+def test_an_answered_promote_suggestion_is_dated_the_orgs_day_not_the_servers(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings
+) -> None:
+    """Its record recomposes the digest of the day it names: the org's today. Dated by the
+    database's CURRENT_DATE (the server's, UTC), west of UTC in the evening it named the org's
+    tomorrow, and the answered card stayed on today's Home. A zone where the local date is not
+    the UTC one at this very hour makes the difference visible whenever the test runs."""
+    zone = "Etc/GMT+12" if datetime.now(UTC).hour < 12 else "Etc/GMT-14"
+    scene = make_scene(stack.database_url, time_zone=zone)
+    serde = Serde.from_settings(topics)
+    with tenant_session(scene.org) as session:
+        decide_promotion(session, serde, scene.org_id, "booking", "send_reminder", False, None, "req-dismiss")
+        dated = session.scalar(
+            select(WorkspaceInsight.insight_date).where(WorkspaceInsight.dedupe_key == "promote:booking:send_reminder")
+        )
+    local_today = datetime.now(ZoneInfo(zone)).date()
+    assert dated == local_today != datetime.now(UTC).date()
+
+
+async def test_a_promote_row_is_answered_where_it_changes_the_mode(
+    stack: StackEndpoints, migrated: None, topics: KafkaSettings
+) -> None:
+    """Marking the promote row actioned through /insights would close the suggestion and change no
+    mode: refused (409), the owner answers it under /autonomy/{area}/promotions."""
+    scene = make_scene(stack.database_url, time_zone=TZ)
+    serde = Serde.from_settings(topics)
+    with tenant_session(scene.org) as session:
+        row_id = _promotion_row(session, scene.org_id, "booking", "send_reminder", 3)
+    with tenant_session(scene.org) as session, pytest.raises(InsightDecidedByPromotion):
+        mark_actioned(session, serde, scene.org_id, row_id, None, None, "req-action")
 
 
 async def test_a_reply_the_channel_refused_is_counted_as_not_delivered(

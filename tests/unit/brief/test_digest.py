@@ -149,6 +149,54 @@ def test_a_decided_proposal_leaves_the_todo_list() -> None:
     assert compose(decided, CATALOG)["todo"] == []
 
 
+def _status_only(action_id: str, status: str) -> InsightFact:
+    """The record /insights sends when the owner marks a proposal's card seen or dismissed: the
+    row's fields, without the proposed action (switchboard.db.insights.status_record)."""
+    return InsightFact(
+        insight_id="i7",
+        insight_key=f"decision:{action_id}",
+        kind="proposed_action",
+        area="sales",
+        title="Refund order 42?",
+        body="",
+        status=status,
+    )
+
+
+@pytest.mark.parametrize(("status", "cards"), [("seen", 1), ("dismissed", 0)])
+def test_a_proposal_marked_seen_stays_one_card_and_a_dismissed_one_leaves(status: str, cards: int) -> None:
+    """Marked seen: still one card for the action (not a second, insight card whose approve link
+    answers 409). Dismissed: off the list — not brought back from the run that proposed it."""
+    action = _action(7, "refund_order", "sales")
+    inputs = DayInputs(
+        day=DAY,
+        time_zone="UTC",
+        runs=[RunFact("r", False, 0, proposed=(action,))],
+        insights=[_status_only("a7", status)],
+    )
+    digest = compose(inputs, CATALOG)
+    assert [(i["kind"], i.get("action_id")) for i in digest["todo"]] == [("proposed_action", "a7")] * cards
+    sales = next(p for p in digest["planets"] if p["area"] == "sales")
+    assert sales["open"] == cards
+
+
+def test_a_promote_suggestions_own_row_is_never_a_second_card() -> None:
+    """The promote row marked seen through /insights is a plain open insight: the promotion card
+    is the only card (an insight card's approve would close the row and change no mode)."""
+    row = InsightFact(
+        insight_id="p1",
+        insight_key="promote:crm:send_whatsapp",
+        kind="insight",
+        area="crm",
+        title="Let agents run send_whatsapp automatically?",
+        body="",
+        status="seen",
+    )
+    promotion = Promotion(area="crm", action_type="send_whatsapp", approvals=3)
+    items = compose(DayInputs(day=DAY, time_zone="UTC", insights=[row], promotions=[promotion]), CATALOG)["todo"]
+    assert [i["kind"] for i in items] == ["promote"]
+
+
 def test_equal_inputs_compose_equal_documents_whatever_the_fact_order() -> None:
     runs = [RunFact(f"r{i}", True, 1000 * i, executed=(_action(i, "send_reminder"),)) for i in range(5)]
     first = compose(DayInputs(day=DAY, time_zone="UTC", runs=runs), CATALOG)
