@@ -898,12 +898,15 @@ async def _add_uncounted_usage(
     if closing is not None and closing.error_code == LOST_ERROR_CODE:
         counted_in, counted_out = closing.tokens_in or 0, closing.tokens_out or 0
         counted_cost = closing.cost_micros or 0
+    # The lost closing's ledger entry counted the run itself too (``_close_lost`` records one
+    # when the row held usage): the remainder is usage only, or /usage shows two runs for one.
+    runs = 0 if (counted_in or counted_out or counted_cost) else 1
     rest_in = max(0, usage.all_input - counted_in)
     rest_out = max(0, usage.output_tokens - counted_out)
     rest_cost = max(0, cost - counted_cost)
     if rest_in or rest_out or rest_cost:
         await session.run_sync(
-            lambda s: record_usage(s, request.org_id, request.agent_id, at, rest_in, rest_out, rest_cost)
+            lambda s: record_usage(s, request.org_id, request.agent_id, at, rest_in, rest_out, rest_cost, runs=runs)
         )
 
 

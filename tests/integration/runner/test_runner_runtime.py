@@ -355,6 +355,7 @@ async def test_a_late_finish_retried_after_its_commit_landed_counts_its_remainde
     assert calls == [False, False], "a late finish announces nothing, retried or not"
     usage = rh.usage(agent.org_id)
     assert usage is not None and (usage.input_tokens, usage.output_tokens) == (800, 80)
+    assert usage.run_count == 1, "one run, whoever closed it first"
     row = rh.run_row(request)
     assert row is not None and (row.status, row.error_code) == ("failed", "process_lost")
     entries = [json.dumps(entry, sort_keys=True) for entry in row.tool_calls]
