@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
 from services.api.agents.endpoints import router as agents_router
 from services.api.agents.skills import router as skills_router
@@ -136,12 +135,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     @app.get("/readyz", include_in_schema=False)
     async def readyz(request: Request) -> JSONResponse:
         checks = {"database": False, "kafka": False, "webhook_writer": request.app.state.webhook_writer.running}
-        try:
-            async with request.app.state.database.engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-            checks["database"] = True
-        except Exception:
-            checks["database"] = False
+        checks["database"] = await request.app.state.database.answers()
         checks["kafka"] = await broker_answers(settings.kafka, timeout_s=0.5)  # inside the probe's 2 s
         # Kafka is reported, never required: REST calls and webhooks only write PostgreSQL (the
         # outbox holds the records until the broker is back), so a broker outage must not take
