@@ -3,7 +3,7 @@
     switchboard api|dispatcher|runner|notifier|brief   run one service in the foreground
     switchboard outbox-relay                            publish the transactional outbox to Kafka (one active per DB)
     switchboard mcp                                     the internal MCP tool server alone (the API mounts it too)
-    switchboard migrate [--revision REV] [--downgrade]  apply database migrations (owner role)
+    switchboard migrate [--revision REV] [--downgrade] [--wait SECONDS]  apply database migrations (owner role)
     switchboard topics create [--wait SECONDS]          create every registered topic (idempotent)
     switchboard topics list                              show the registry and what the broker has
     switchboard dead-letters list [--topic T] [--code C] what failed, one JSON object per line
@@ -62,6 +62,12 @@ def _migrate(args: argparse.Namespace) -> int:
     from switchboard.settings import DatabaseSettings
 
     url = DatabaseSettings().migration_url
+    if args.wait:
+        try:
+            migrate.wait_for_database(url, args.wait)
+        except migrate.DatabaseUnreachable as exc:
+            print(json.dumps({"error": "database_unreachable", "message": str(exc)}), file=sys.stderr)
+            return 1
     if args.downgrade:
         migrate.downgrade(url, args.revision or "base")
     else:
@@ -199,6 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
     migrate_parser = sub.add_parser("migrate", help="apply database migrations")
     migrate_parser.add_argument("--revision", help="target revision (default: head, or base with --downgrade)")
     migrate_parser.add_argument("--downgrade", action="store_true", help="downgrade instead of upgrade")
+    migrate_parser.add_argument(
+        "--wait",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for PostgreSQL to accept connections",
+    )
     topics_parser = sub.add_parser("topics", help="manage Kafka topics")
     topics_sub = topics_parser.add_subparsers(dest="topics_command", required=True)
     create = topics_sub.add_parser("create", help="create every registered topic that is missing")

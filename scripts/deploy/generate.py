@@ -753,7 +753,7 @@ def migrate_job() -> dict[str, Any]:
                     "automountServiceAccountToken": False,
                     "securityContext": POD_SECURITY,
                     # Init containers run in order: migrations first, then the topics.
-                    "initContainers": [step("migrate", ["migrate"], migration_secrets())],
+                    "initContainers": [step("migrate", ["migrate", "--wait", "300"], migration_secrets())],
                     "containers": [step("topics", ["topics", "create", "--wait", "120"], topics_secrets())],
                     "volumes": [TMP_VOLUME],
                 },
@@ -959,7 +959,7 @@ def compose(config: dict[str, str]) -> dict[str, Any]:
             "build": {"context": "../..", "dockerfile": "Dockerfile"},
             **{k: v for k, v in hardening.items() if k != "restart"},
             "entrypoint": ["/bin/sh", "-c"],
-            "command": ["switchboard migrate && switchboard topics create --wait 120"],
+            "command": ["switchboard migrate --wait 300 && switchboard topics create --wait 120"],
             "environment": {
                 "KAFKA_CLIENT_ID": "switchboard-migrate",
                 **secrets_for(migration_secrets() + topics_secrets()),

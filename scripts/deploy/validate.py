@@ -414,7 +414,8 @@ def check_migration_job(objects: list[dict[str, Any]]) -> list[Finding]:
         return [Finding("Job/switchboard-migrate", "ordering", "the migration Job is missing")]
     pod = _pod_spec(jobs[0]) or {}
     steps = [c.get("args") for _, c in _containers(pod)]
-    if steps[:1] != [["migrate"]] or not any(s and s[:2] == ["topics", "create"] for s in steps[1:]):
+    migrates_first = bool(steps) and bool(steps[0]) and steps[0][:1] == ["migrate"] and "--downgrade" not in steps[0]
+    if not migrates_first or not any(s and s[:2] == ["topics", "create"] for s in steps[1:]):
         return [Finding("Job/switchboard-migrate", "ordering", f"must run migrate, then topics create: {steps}")]
     return []
 

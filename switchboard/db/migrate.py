@@ -15,17 +15,22 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
 from switchboard.db.session import create_engine, normalize_url
+from switchboard.observability.logging import get_logger
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+log = get_logger(__name__)
 
 
 def alembic_config(url: str, *, app_role: str | None = None) -> Config:
@@ -37,6 +42,32 @@ def alembic_config(url: str, *, app_role: str | None = None) -> Config:
     if app_role is not None:
         config.attributes["app_role"] = app_role
     return config
+
+
+class DatabaseUnreachable(RuntimeError):
+    """PostgreSQL did not accept a connection within the wait (``switchboard migrate --wait``)."""
+
+
+def wait_for_database(url: str, wait_s: float, *, every_s: float = 2.0) -> None:
+    """Return once PostgreSQL at ``url`` accepts a connection; :class:`DatabaseUnreachable` after
+    ``wait_s``. A fresh cluster's migration Job starts with its database (CloudNativePG, compose):
+    without waiting it failed its few tries before initdb finished, and every pod then waited on
+    it for good (docs/deploy.md "Migrations")."""
+    deadline = time.monotonic() + wait_s
+    engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": max(1, int(every_s))})
+    try:
+        while True:
+            try:
+                with engine.connect() as conn:
+                    conn.exec_driver_sql("SELECT 1")
+                return
+            except OperationalError as exc:
+                if time.monotonic() >= deadline:
+                    raise DatabaseUnreachable(f"PostgreSQL did not answer within {wait_s:.0f} s") from exc
+                log.info("waiting for PostgreSQL", extra={"error_type": type(exc).__name__})
+                time.sleep(every_s)
+    finally:
+        engine.dispose()
 
 
 def upgrade(url: str, revision: str = "heads", *, app_role: str | None = None) -> None:

@@ -95,7 +95,8 @@ def test_the_owner_role_reaches_the_migration_job_only(rendered: dict[str, list[
             assert "DATABASE_OWNER_URL" not in {e["name"] for e in container.get("env", [])}
     job = objects_of(objects, "Job")["switchboard-migrate"]
     migrate, topics = containers(job)
-    assert (migrate["args"], topics["args"][:2]) == (["migrate"], ["topics", "create"])
+    # It waits for PostgreSQL (a fresh cluster's starts with it) rather than failing its few tries.
+    assert (migrate["args"], topics["args"][:2]) == (["migrate", "--wait", "300"], ["topics", "create"])
     assert {"DATABASE_URL", "DATABASE_OWNER_URL"} <= {e["name"] for e in migrate["env"]}
 
 
