@@ -13,6 +13,7 @@ the rest of the prompt before it reaches a provider.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -119,6 +120,8 @@ class StateNoteTool:
                 call.id, call.name, f"The note holds at most {MAX_STATE_NOTE_CHARS} characters: shorten it.", True
             )
         request = self._subject.request
+        if request.dry_run:  # a test run changes nothing a later live turn would read (docs/memory.md)
+            return ToolOutcome(call.id, call.name, json.dumps({"status": "not_saved", "reason": "dry run"}))
         await self._store.replace(request.org_id, request.conversation_id, request.run_id, text)
         return ToolOutcome(call.id, call.name, "State note saved.")
 

@@ -99,3 +99,14 @@ async def test_plan_mode_does_not_offer_the_state_tool(rh: RunnerHarness) -> Non
     row = await rh.run(run_request(agent, [command(rh.db, agent, "/plan win back the customer")]))
     assert row.prompt is not None and SUBMIT_PLAN in row.prompt["tools"]
     assert STATE_NOTE_TOOL not in row.prompt["tools"]
+
+
+async def test_a_dry_run_saves_no_state_note(rh: RunnerHarness) -> None:
+    """A test run changes nothing a later live turn reads: its note is not saved, and says so."""
+    agent = create_agent(rh.db, tool_ids=[STATE_NOTE_TOOL])
+    rh.fake.script([tool(STATE_NOTE_TOOL, {"text": "The customer wants the blue sofa."}), Reply(text="Ok.")])
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Quero o sofá azul")], dry_run=True))
+    assert row.status == "completed" and row.is_dry_run
+    result = next(e for e in row.tool_calls if e["kind"] == "tool")["result"]
+    assert "not_saved" in result
+    assert rh.scalar(agent.org_id, "SELECT count(*) FROM conversation_state_notes") == 0
