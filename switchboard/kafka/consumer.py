@@ -43,7 +43,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from switchboard.contracts import ContractError, Serde, TopicSpec
-from switchboard.kafka.errors import PermanentRecordError
+from switchboard.kafka.errors import SIZE_ERRORS, PermanentRecordError, is_transient
 from switchboard.kafka.lag import LAG_REFRESH_S, LagGauge
 from switchboard.observability.logging import get_logger
 from switchboard.observability.metrics import HANDLER_SECONDS, RECORDS_CONSUMED, RECORDS_DEAD_LETTERED
@@ -107,7 +107,9 @@ class FlowControl(Protocol):
 
 
 class DeadLetterSink(Protocol):
-    async def publish(self, record: ConsumerRecord[bytes, bytes], failure: Failure) -> None: ...
+    async def publish(
+        self, record: ConsumerRecord[bytes, bytes], failure: Failure, *, omit_value: bool = False
+    ) -> None: ...
 
 
 class _JoinWatch(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -435,7 +437,8 @@ class RecordConsumer:
                 return
             except Exception as exc:
                 code = str(getattr(exc, "code", "") or "handler_failed")
-                if attempt >= self._policy.max_attempts:
+                transient = is_transient(exc)
+                if attempt >= self._policy.max_attempts and not transient:
                     log.error(
                         "handler failed, dead-lettering",
                         extra={**where, "error_code": code, "attempts": attempt},
@@ -444,10 +447,19 @@ class RecordConsumer:
                     await self._dead_letter(record, Failure(code, f"{type(exc).__name__}: {exc}", attempt))
                     RECORDS_CONSUMED.labels(self._service, record.topic, "failed").inc()
                     return
-                delay = self._policy.backoff(attempt)
+                # A transient failure waits for what failed to come back, in place (the partition's
+                # order holds; a rebalance meanwhile hands the uncommitted record to another member).
+                delay = self._policy.backoff(min(attempt, 8))
                 log.warning(
                     "handler failed, retrying",
-                    extra={**where, "error_code": code, "attempt": attempt, "retry_in_s": delay},
+                    extra={
+                        **where,
+                        "error_code": code,
+                        "attempt": attempt,
+                        "retry_in_s": delay,
+                        "transient": transient,
+                        "error_type": type(exc).__name__,
+                    },
                 )
                 await self._sleep_or_stop(delay)
             else:
@@ -459,16 +471,26 @@ class RecordConsumer:
         """Publish to the dead-letter topic; keep trying until it works or we are stopping."""
         failure = Failure(failure.code, scrub_text(failure.message)[:4000], failure.attempts)
         attempt = 0
+        oversized = False
         while True:
             attempt += 1
             try:
-                await self._dead_letters.publish(record, failure)
+                await self._dead_letters.publish(record, failure, omit_value=oversized)
                 spec = self._topics.get(record.topic)
                 RECORDS_DEAD_LETTERED.labels(
                     self._service, spec.name if spec is not None else record.topic, failure.code
                 ).inc()
                 return
-            except KafkaError:
+            except SIZE_ERRORS:
+                # The record plus the letter's wrapping is over the broker's limit: never retried as
+                # is (it wedged the partition for good), the letter goes without the original bytes.
+                oversized = True
+                log.error("dead letter too large; sending it without the record's value", extra={"topic": record.topic})
+            except (KafkaError, ContractError) as exc:
+                if isinstance(exc, ContractError) and not exc.retryable:
+                    raise
+                # The broker, or the schema registry the letter's schema id comes from, is down: wait
+                # for it (the registry's outage killed the consumer task here before).
                 log.error(
                     "dead-letter publish failed",
                     extra={"topic": record.topic, "offset": record.offset, "attempt": attempt},

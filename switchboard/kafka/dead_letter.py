@@ -47,7 +47,12 @@ class DeadLetterPublisher:
         self._service = service
         self._group = consumer_group
 
-    async def publish(self, record: ConsumerRecord[bytes, bytes], failure: Failure) -> None:
+    async def publish(
+        self, record: ConsumerRecord[bytes, bytes], failure: Failure, *, omit_value: bool = False
+    ) -> None:
+        """``omit_value``: the record's bytes do not fit in a letter (the broker's size limit): the
+        letter names where they are (topic, partition, offset — the topic keeps them until its
+        retention) and says so in ``dlq.value_omitted``."""
         letter = dead_letter_for(record, failure, service=self._service, consumer_group=self._group)
         headers = [
             ("dlq.original_topic", record.topic.encode()),
@@ -56,4 +61,7 @@ class DeadLetterPublisher:
             ("dlq.error_code", failure.code.encode()),
             ("dlq.service", self._service.encode()),
         ]
+        if omit_value:
+            letter = letter.model_copy(update={"original_value": None})
+            headers.append(("dlq.value_omitted", b"true"))
         await self._producer.send(Topics.DEAD_LETTER, letter, headers=headers)

@@ -66,9 +66,6 @@ from aiokafka.errors import (
     InvalidTimestampError,
     InvalidTopicError,
     KafkaError,
-    MessageSizeTooLargeError,
-    RecordListTooLargeError,
-    RecordTooLargeError,
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
@@ -79,6 +76,7 @@ from pydantic_settings import SettingsConfigDict
 from sqlalchemy.engine import make_url
 
 from switchboard.contracts import DeadLetter, Header, Serde, Topics, encode_key, topic_named
+from switchboard.kafka.errors import SIZE_ERRORS
 from switchboard.observability.logging import get_logger
 from switchboard.observability.metrics import (
     OUTBOX_BACKLOG,
@@ -212,14 +210,11 @@ class UnknownTopicName(Exception):
 
 
 _RECORD_ERRORS: Final = (
-    MessageSizeTooLargeError,
-    RecordTooLargeError,
-    RecordListTooLargeError,
+    *SIZE_ERRORS,
     CorruptRecordException,
     InvalidTimestampError,
     InvalidTopicError,
 )
-_SIZE_ERRORS: Final = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeError)
 _TOPIC_ERRORS: Final = (UnknownTopicOrPartitionError, TopicAuthorizationFailedError)
 
 
@@ -228,7 +223,7 @@ def classify(exc: BaseException) -> Failure:
     message = scrub_text(f"{type(exc).__name__}: {exc}")[:1000]
     if isinstance(exc, UnknownTopicName):
         return Failure(FailureKind.RECORD, "unknown_topic", message)
-    if isinstance(exc, _SIZE_ERRORS):
+    if isinstance(exc, SIZE_ERRORS):
         return Failure(FailureKind.RECORD, "record_too_large", message)
     if isinstance(exc, _RECORD_ERRORS):
         return Failure(FailureKind.RECORD, "record_rejected", message)
@@ -878,7 +873,7 @@ class OutboxRelay:
         try:
             try:
                 await self._send_dead_letter(letter, headers)
-            except _SIZE_ERRORS:
+            except SIZE_ERRORS:
                 # Too big to carry along: the bytes stay in the outbox row (kept until
                 # dead_letter_retention) for an operator to inspect or replay.
                 letter = letter.model_copy(update={"original_value": None})

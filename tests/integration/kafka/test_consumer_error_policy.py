@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from sqlalchemy.exc import OperationalError
 
 from switchboard.contracts import DeadLetter, RunStarted, Serde, Topics
 from switchboard.kafka.consumer import Inbound
@@ -138,3 +139,60 @@ async def test_a_handler_that_recovers_is_not_dead_lettered(topics: KafkaSetting
     await consume_run_started_until(topics, group_id, handler, done=done.is_set)
     assert calls == 2
     assert await _dead_letters(topics, 1, timeout_s=2) == []
+
+
+async def test_a_database_outage_waits_in_place_and_dead_letters_nothing(topics: KafkaSettings, group_id: str) -> None:
+    """The database restarts (its connections fail for longer than the retries' few attempts): the
+    record is a good one, so it waits for the database instead of going to the dead-letter topic —
+    dead-lettered with its offset committed, a reply was lost — and the next one follows it in order."""
+    first = _run_started()
+    second = _run_started().model_copy(update={"conversation_id": first.conversation_id})
+    async with RecordProducer(topics, service="test") as producer:
+        await producer.send(Topics.RUN_STARTED, first)
+        await producer.send(Topics.RUN_STARTED, second)
+    handled: list[uuid.UUID] = []
+    failures = 0
+
+    async def handler(inbound: Inbound) -> None:
+        nonlocal failures
+        record: RunStarted = inbound.value
+        if record.event_id == first.event_id and failures < 4 * FAST_RETRIES.max_attempts:
+            failures += 1
+            raise OperationalError("SELECT 1", {}, Exception("connection refused: the server is restarting"))
+        handled.append(record.event_id)
+
+    await consume_run_started_until(topics, group_id, handler, done=lambda: second.event_id in handled)
+    assert handled == [first.event_id, second.event_id], "handled once it healed, in order"
+    assert await _dead_letters(topics, 1, timeout_s=2) == []
+
+
+async def test_a_record_too_large_to_dead_letter_whole_goes_without_its_bytes(
+    topics: KafkaSettings, group_id: str
+) -> None:
+    """An undecodable record just under the broker's limit: its letter (the bytes plus the wrapping)
+    is over it. Retried as is, it wedged the partition for good; it goes without the bytes (they
+    stay on the topic, at the offset the letter names) and the next record is processed."""
+    big = b"\x01" + bytes(1_048_350)
+    good = _run_started()
+    key = str(good.conversation_id).encode()
+    name = Topics.RUN_STARTED.physical_name(topics)
+    raw = AIOKafkaProducer(bootstrap_servers=topics.bootstrap_servers, max_request_size=1_100_000)
+    await raw.start()
+    try:
+        sent = await raw.send_and_wait(name, big, key=key)
+    finally:
+        await raw.stop()
+    async with RecordProducer(topics, service="test") as producer:
+        await producer.send(Topics.RUN_STARTED, good)
+    handled: list[uuid.UUID] = []
+
+    async def handler(inbound: Inbound) -> None:
+        handled.append(inbound.value.event_id)
+
+    await consume_run_started_until(topics, group_id, handler, done=lambda: good.event_id in handled)
+    assert handled == [good.event_id]
+    [letter] = await _dead_letters(topics, 1)
+    assert letter.original_value is None and (letter.original_partition, letter.original_offset) == (
+        sent.partition,
+        sent.offset,
+    )
