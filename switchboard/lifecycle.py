@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from switchboard.observability.health import HealthServer, ReadinessCheck, always_ready
 from switchboard.observability.logging import configure_logging, get_logger
@@ -19,6 +20,34 @@ from switchboard.settings import ServiceSettings
 log = get_logger(__name__)
 
 ServiceMain = Callable[[asyncio.Event], Awaitable[None]]
+
+
+class EssentialTaskEnded(RuntimeError):
+    """A task the service cannot work without (its consumer) ended before the stop: the process
+    exits non-zero, so its orchestrator restarts it."""
+
+
+async def until_stopped(stop: asyncio.Event, *essential: asyncio.Task[Any]) -> None:
+    """Wait for the stop signal — or for an essential task ending first. A consumer task that died
+    of an unexpected error left a process whose health endpoint answered "alive" while it consumed
+    nothing (its partitions went to the next replica, which could die the same way): then ``stop``
+    is set, so the service's own shutdown runs, and :class:`EssentialTaskEnded` is raised."""
+    stopped = asyncio.create_task(stop.wait(), name="stop-signal")
+    try:
+        done, _ = await asyncio.wait({stopped, *essential}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if stopped in done or stop.is_set():
+        return
+    ended = next(iter(done))
+    error = None if ended.cancelled() else ended.exception()
+    log.critical(
+        "an essential task ended before the stop; exiting",
+        extra={"task": ended.get_name(), "error_type": type(error).__name__ if error else None},
+        exc_info=error,
+    )
+    stop.set()
+    raise EssentialTaskEnded(ended.get_name())
 
 
 async def _serve(

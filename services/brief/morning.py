@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime
 from typing import Final
 
@@ -27,6 +28,7 @@ from switchboard.observability.logging import get_logger
 log = get_logger(__name__)
 
 PAGE: Final = 200
+FIRST_PASS_WAIT_S: Final = 60.0
 _MISSING = text("SELECT org_id, day FROM list_orgs_missing_digest(:now, :limit)")
 
 
@@ -56,6 +58,7 @@ async def compose_missing(
                 log.warning("morning digest failed", extra={"organization_id": str(org_id)}, exc_info=True)
                 continue
             this_page += 1
+            await asyncio.sleep(0)  # composing is CPU: let the consumer and the probes have a turn
         composed += this_page
         # A short page was the last; a page where every org failed would come back the same.
         if len(missing) < PAGE or this_page == 0:
@@ -64,9 +67,23 @@ async def compose_missing(
 
 
 async def run_mornings(
-    sessions: async_sessionmaker[AsyncSession], catalog: DigestCatalog, interval_s: float, stop: asyncio.Event
+    sessions: async_sessionmaker[AsyncSession],
+    catalog: DigestCatalog,
+    interval_s: float,
+    stop: asyncio.Event,
+    *,
+    after: Callable[[], Awaitable[bool]] | None = None,
 ) -> None:
-    """A pass at start and every ``interval_s``; a failed pass is logged and tried again next time."""
+    """A pass at start and every ``interval_s``; a failed pass is logged and tried again next time.
+
+    ``after``: the first pass waits for it (the consumer's first join, up to ``FIRST_PASS_WAIT_S``):
+    at the hour many orgs' days begin, a pass composes thousands of digests, and started at once it
+    kept the consumer from joining its group — the replica stayed unready (found on a database of
+    22,000 orgs, 2026-12-05)."""
+    if after is not None:
+        deadline = asyncio.get_running_loop().time() + FIRST_PASS_WAIT_S
+        while not stop.is_set() and not await after() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.2)
     while not stop.is_set():
         try:
             composed = await compose_missing(sessions, catalog, stop)

@@ -17,6 +17,7 @@ from switchboard.db.session import create_async_engine, create_async_sessionmake
 from switchboard.kafka.consumer import RecordConsumer
 from switchboard.kafka.dead_letter import DeadLetterPublisher
 from switchboard.kafka.producer import RecordProducer
+from switchboard.lifecycle import until_stopped
 from switchboard.observability.logging import get_logger
 
 log = get_logger(__name__)
@@ -70,12 +71,12 @@ class Brief:
         task = asyncio.create_task(self._consumer.run(stop), name="brief-consumer")
         tasks = [task]
         if settings.morning_interval_s > 0:
-            mornings = run_mornings(sessions, catalog, settings.morning_interval_s, stop)
+            mornings = run_mornings(sessions, catalog, settings.morning_interval_s, stop, after=self.ready)
             tasks.append(asyncio.create_task(mornings, name="brief-mornings"))
         self._started.set()
         log.info("brief consuming", extra={"group_id": settings.group_id})
         try:
-            await stop.wait()
+            await until_stopped(stop, task)
         finally:
             for running in tasks:
                 with contextlib.suppress(Exception):

@@ -30,6 +30,7 @@ from switchboard.egress import GuardedTransport
 from switchboard.kafka.consumer import RecordConsumer
 from switchboard.kafka.dead_letter import DeadLetterPublisher
 from switchboard.kafka.producer import RecordProducer
+from switchboard.lifecycle import until_stopped
 from switchboard.observability.logging import get_logger
 
 log = get_logger(__name__)
@@ -109,7 +110,7 @@ class Notifier:
             tasks.append(asyncio.create_task(pushes, name="notifier-digest-push"))
         log.info("notifier delivering", extra={"group_id": settings.group_id, "waha_base_url": settings.waha_base_url})
         try:
-            await stop.wait()
+            await until_stopped(stop, consumer_task)
             await consumer_task
         except asyncio.CancelledError:
             # This task cancelled (killed, or a crash in tests): no grace. Retries and sends in flight

@@ -47,6 +47,7 @@ from switchboard.db.session import create_async_engine, create_async_sessionmake
 from switchboard.kafka.consumer import RecordConsumer
 from switchboard.kafka.dead_letter import DeadLetterPublisher
 from switchboard.kafka.producer import RecordProducer
+from switchboard.lifecycle import until_stopped
 from switchboard.observability.logging import get_logger
 from switchboard.run_tokens import RunTokenSettings
 
@@ -197,7 +198,7 @@ class Runner:
             },
         )
         try:
-            await stop.wait()
+            await until_stopped(stop, consumer_task)
         finally:
             await self._stop(consumer_task, supervisor, background_stop, background)
             await producer.stop()
