@@ -499,6 +499,10 @@ class RecordConsumer:
                 await self._sleep_or_stop(self._policy.backoff(min(attempt, 8)))
 
     async def _sleep_or_stop(self, delay: float) -> None:
+        if self._consumer is not None:
+            # A partition held by a retry (a database that is down, a dead-letter topic away) is when
+            # the lag matters most: refreshed while it waits, not only at the loop's top, where it froze.
+            self._lag.maybe_refresh(self._consumer)
         try:
             await asyncio.wait_for(self._stop.wait(), timeout=delay)
         except TimeoutError:

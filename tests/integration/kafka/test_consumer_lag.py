@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from switchboard.contracts import Topics
-from switchboard.kafka.consumer import Inbound, RecordConsumer
+from switchboard.kafka.consumer import ErrorPolicy, Inbound, RecordConsumer
 from switchboard.kafka.dead_letter import DeadLetterPublisher
 from switchboard.kafka.producer import RecordProducer
 from switchboard.settings import KafkaSettings
@@ -122,3 +122,41 @@ async def test_a_partition_given_to_another_member_is_no_longer_reported_by_the_
         finally:
             stop.set()
             await asyncio.wait_for(asyncio.gather(*tasks), 60)
+
+
+async def test_a_partition_held_by_a_retry_shows_its_backlog_growing(topics: KafkaSettings, group_id: str) -> None:
+    """The database is down: the record is retried in place (never dead-lettered), and the lag of
+    what waits behind it keeps growing on the gauge while the retry waits — alerts see the stall."""
+    service = f"test-lag-retry-{uuid.uuid4().hex[:6]}"
+    topic = Topics.RUN_STARTED.physical_name(topics)
+    conversation = uuid.uuid4()
+
+    async def down(_: Inbound) -> None:
+        raise ConnectionError("the database is restarting")
+
+    async with RecordProducer(topics, service="test") as producer:
+        consumer = RecordConsumer(
+            service=service,
+            kafka=topics,
+            topics=[Topics.RUN_STARTED],
+            group_id=group_id,
+            handler=down,
+            dead_letters=DeadLetterPublisher(producer, service=service, consumer_group=group_id),
+            policy=ErrorPolicy(max_attempts=2, initial_backoff_s=0.3, max_backoff_s=0.3),
+            lag_refresh_s=0.2,
+            consumer_options={"max_poll_records": 1},
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(consumer.run(stop))
+        try:
+            await _until(lambda: consumer._join.joined.is_set(), "the consumer never joined")
+            await producer.send(Topics.RUN_STARTED, _run_started().model_copy(update={"conversation_id": conversation}))
+            await asyncio.sleep(1.0)  # it is retrying the first record now
+            for _ in range(6):
+                await producer.send(
+                    Topics.RUN_STARTED, _run_started().model_copy(update={"conversation_id": conversation})
+                )
+            await _until(lambda: sum(_lag_series(service, topic).values()) >= 6, "the gauge froze during the retry")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
