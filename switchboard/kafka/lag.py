@@ -1,14 +1,15 @@
 """``switchboard_consumer_lag``: records behind the end of each partition this member owns.
 
-Reported after every handled batch (``report``, from the fetch's high watermark: no round trip)
-and refreshed every ``refresh_s`` for every assigned partition (``maybe_refresh``: one
-ListOffsets request), because a batch report alone froze the gauge exactly when it matters —
-a consumer paused by back-pressure fetches nothing, so its lag stayed at the last small value
-while the partition's end ran away, and a partition with no traffic since the start had no
-series at all — and refreshed while a record's retry waits (``RecordConsumer._sleep_or_stop``), when a
-partition is held up and alerts need it most (2026-12-05). When a rebalance ends, a partition that went to another member has its series
-removed (``assigned``), or it would show its last value forever from a member that no longer
-reads it; the ones kept are not dropped in between (eager rebalances revoke everything first).
+Reported after every handled batch (``report``, from the fetch's high watermark: no round trip) and
+refreshed every ``refresh_s`` for every assigned partition (``maybe_refresh``: one ListOffsets
+request), because a batch report alone froze the gauge exactly when it matters — a consumer paused
+by back-pressure fetches nothing, so its lag stayed at the last small value while the partition's
+end ran away, and a partition with no traffic since the start had no series at all — and refreshed
+while a record's retry waits (``RecordConsumer._sleep_or_stop``), when a partition is held up and
+alerts need it most (2026-12-05). When a rebalance ends, a partition that went to another member has
+its series removed (``assigned``), or it would show its last value forever from a member that no
+longer reads it; the ones kept are not dropped in between (eager rebalances revoke everything
+first).
 """
 
 from __future__ import annotations
