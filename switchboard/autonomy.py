@@ -83,6 +83,16 @@ class AutonomySettings:
         return tuple(name for name in granted if self.gate(name) is not Gate.HIDDEN)
 
 
+# The insight key of a proposed action's Home item (``proposal_key``): one per action, its id the
+# action's (the decision row, the insight and ``Action.action_id`` share it).
+PROPOSAL_KEY_PREFIX: Final = "decision:"
+
+
+def proposal_key(action_id: uuid.UUID | str) -> str:
+    """The dedupe key of a proposed action's ``workspace_insights`` row."""
+    return f"{PROPOSAL_KEY_PREFIX}{action_id}"
+
+
 # The insight key of a promote suggestion's row (``promotion_key``): its Home card is the brief's
 # promotion, and it is answered through /api/v1/autonomy/{area}/promotions/{type}:accept|:dismiss.
 PROMOTION_KEY_PREFIX: Final = "promote:"

@@ -23,7 +23,7 @@ from datetime import date
 from typing import Any
 
 from services.brief.catalog import DigestCatalog
-from switchboard.autonomy import PROMOTION_KEY_PREFIX
+from switchboard.autonomy import PROMOTION_KEY_PREFIX, PROPOSAL_KEY_PREFIX
 from switchboard.db.daily_brief import pinned_first
 
 OPEN_INSIGHT_STATUSES = frozenset({"new", "seen"})
@@ -302,12 +302,6 @@ def _action_item(action: ActionFact, catalog: DigestCatalog, **extra: Any) -> di
         **extra,
         "links": _links(catalog, "proposed_action", action_id=action.action_id),
     }
-
-
-# The keys of the rows behind Home items that are not insight cards of their own: a proposed
-# action's (``decision:<action id>``, the runner's autonomy gate) and a promote suggestion's
-# (``switchboard.autonomy.promotion_key``).
-PROPOSAL_KEY_PREFIX = "decision:"
 
 
 def _proposal_id(insight: InsightFact) -> str | None:

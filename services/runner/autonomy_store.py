@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from services.runner.preload import MISSING
 from services.runner.subject import RunSubject
-from switchboard.autonomy import AutonomySettings, InsightNote, load_settings, publish_insight
+from switchboard.autonomy import AutonomySettings, InsightNote, load_settings, proposal_key, publish_insight
 from switchboard.contracts import Action, RunRequested, Serde, WakeReason
 from switchboard.contracts.enums import InsightKind
 from switchboard.db.daily_brief import org_today
@@ -191,7 +191,7 @@ class AutonomyStore:
             day = await session.run_sync(lambda s: org_today(s, request.org_id))
             note = InsightNote(
                 org_id=request.org_id,
-                key=f"decision:{action.action_id}",
+                key=proposal_key(action.action_id),
                 kind=InsightKind.PROPOSED_ACTION,
                 area=action.area,
                 title=title,

@@ -44,7 +44,7 @@ class OutcomeKind(StrEnum):
 
 
 # Error codes of a run handed back to the dispatcher, which recovers it (``run_completed.error_code``).
-RUNNER_SHUTDOWN = "runner_shutdown"
+RUNNER_SHUTDOWN = run_outcomes.RUNNER_SHUTDOWN
 SUPERSEDED = "superseded"
 
 
