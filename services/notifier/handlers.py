@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from services.notifier import unanswered
@@ -59,6 +59,11 @@ Hook = Callable[[Claimed], Awaitable[None]]
 
 async def _no_hook(_: Claimed) -> None:
     return None
+
+
+def _channel_of(claimed: Claimed) -> str:
+    """The metrics' channel label of a claim (``none``: nothing to send it through)."""
+    return claimed.route.channel if claimed.route else "none"
 
 
 @dataclass
@@ -161,6 +166,11 @@ class NotifierHandlers:
         a takeover since (its first attempt never looked; its retries must not either)."""
         for index, claimed in enumerate(claims):
             await self._hooks.after_claim(claimed)
+            if not claimed.started:
+                # Its turn: it was ``claimed``, waiting behind the run's earlier messages (store.py).
+                if not await self._store.start_send(org_id, claimed.message_id):
+                    continue  # another process began it, or it ended meanwhile: not this one's to send
+                claimed = replace(claimed, started=True)
             for_agents = run_id is not None and not owners_word
             if late:
                 outcome = await self._one_attempt(claimed, where, for_agents=for_agents, org_id=org_id)()
@@ -219,12 +229,12 @@ class NotifierHandlers:
 
     async def _record_interrupted(self, retry: Retry, outcome: Outcome) -> None:
         # Stopping: its ``message.undelivered`` notice stays pending for the sweep of the next notifier.
-        # The messages waiting behind it were never attempted; recorded the same way (never sent later).
-        for claimed, attempts in ((retry.claimed, outcome.attempts), *((f, 0) for f in retry.followers)):
-            await self._store.record_interrupted(retry.org_id, retry.run_id, claimed, attempts=attempts)
-            MESSAGES_DELIVERED.labels(
-                claimed.route.channel if claimed.route else "none", claimed.kind.value, "unknown"
-            ).inc()
+        # The messages waiting behind it were never attempted: failed, certainly not sent (never sent later).
+        await self._store.record_interrupted(retry.org_id, retry.run_id, retry.claimed, attempts=outcome.attempts)
+        MESSAGES_DELIVERED.labels(_channel_of(retry.claimed), retry.claimed.kind.value, "unknown").inc()
+        for follower in retry.followers:
+            if await self._store.record_not_attempted(retry.org_id, retry.run_id, follower) is not None:
+                MESSAGES_DELIVERED.labels(_channel_of(follower), follower.kind.value, "failed").inc()
 
     async def close(self, grace_s: float) -> None:
         """At a stop: pending retries get ``grace_s``, the rest are recorded ``unknown``; notifications
@@ -247,7 +257,7 @@ class NotifierHandlers:
         self, org_id: uuid.UUID, run_id: uuid.UUID | None, claimed: Claimed, outcome: Outcome, where: dict[str, str]
     ) -> None:
         error = outcome.error
-        channel_name = claimed.route.channel if claimed.route else "none"
+        channel_name = _channel_of(claimed)
         SEND_ATTEMPTS.labels(channel_name).inc(outcome.attempts)
         notice = await self._store.record_outcome(
             org_id,

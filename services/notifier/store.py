@@ -107,6 +107,25 @@ ON CONFLICT (message_id) DO NOTHING
 RETURNING id
 """
 ).bindparams(*(bindparam(n, type_=_UUID) for n in ("id", "org_id", "run_id", "message_id")))
+# A claim's move from waiting its turn to its attempt: won by one process only.
+_START_SEND = text(
+    f"""
+UPDATE run_deliveries SET status = '{DeliveryState.SENDING.value}', updated_at = now()
+WHERE org_id = :org_id AND message_id = :message_id AND status = '{DeliveryState.CLAIMED.value}'
+RETURNING id
+"""
+).bindparams(*(bindparam(n, type_=_UUID) for n in ("org_id", "message_id")))
+# A claim a redelivery finds still waiting its turn: nothing tried it, this delivery sends it.
+_ADOPT_CLAIM = text(
+    f"""
+UPDATE run_deliveries SET updated_at = now()
+WHERE org_id = :org_id AND message_id = :message_id AND status = '{DeliveryState.CLAIMED.value}'
+RETURNING id
+"""
+).bindparams(*(bindparam(n, type_=_UUID) for n in ("org_id", "message_id")))
+# Why a claim ended failed without an attempt: a stop (or, in the sweep, a crash) came while it
+# waited its turn (revision 0040). Certainly not sent: people may send it again.
+NOT_ATTEMPTED = "interrupted_before_send"
 
 # What the channel answered, on the claim, the message and (for the reply) the run: one statement.
 # WAHA echoes our own message as a webhook; ingest matches the echo to this message and may have
@@ -223,6 +242,9 @@ class Claimed:
     route: Route | None
     # Why there is no route (deleted session, key that does not open): recorded as a permanent failure.
     route_error: str | None = None
+    # Its claim is ``sending`` already (the first message of a claim); False: ``claimed``, waiting its
+    # turn, and it must win ``start_send`` before its attempt (revision 0040).
+    started: bool = True
 
 
 @dataclass(frozen=True)
@@ -352,8 +374,11 @@ class NotifierStore:
                 .on_conflict_do_nothing(index_elements=[RunDelivery.message_id])
                 .returning(RunDelivery.id)
             )
-            if won is None:  # claimed before: sent, or left mid-send by a stopped process
-                await _expire_left_claim(session, org_id, candidate, "none")
+            if won is None:  # claimed before: waiting its turn, sent, or left mid-send by a stopped process
+                if await _fail_waiting_claim(session, org_id, candidate.message_id, WITH_HUMANS):
+                    withheld.append(candidate.kind)
+                else:
+                    await _expire_left_claim(session, org_id, candidate, "none")
                 continue
             await session.execute(
                 update(Message)
@@ -397,7 +422,12 @@ class NotifierStore:
     async def _claim(
         self, session: AsyncSession, org_id: uuid.UUID, run_id: uuid.UUID | None, candidates: list[_Candidate]
     ) -> list[Claimed]:
-        """One ``run_deliveries`` claim per message, won at most once ever (unique message id)."""
+        """One ``run_deliveries`` claim per message, won at most once ever (unique message id).
+
+        The first message returned is claimed ``sending`` (its attempt follows the commit); the
+        others ``claimed``, until their turn (``start_send``). A claim that already exists is this
+        delivery's only while still ``claimed`` (nothing tried it); one left ``sending`` by a stopped
+        process becomes ``unknown``."""
         claimed: list[Claimed] = []
         for candidate in candidates:
             route, route_error = await self._routes.get(
@@ -405,6 +435,7 @@ class NotifierStore:
                 candidate.channel_session_id,
                 lambda c=candidate: self._route(session, org_id, c.channel_session_id),  # type: ignore[misc]
             )
+            first = not claimed
             won = await session.scalar(
                 _CLAIM,
                 {
@@ -414,16 +445,33 @@ class NotifierStore:
                     "message_id": candidate.message_id,
                     "kind": candidate.kind.value,
                     "channel": route.channel if route else "none",
-                    "status": DeliveryState.SENDING.value,
+                    "status": (DeliveryState.SENDING if first else DeliveryState.CLAIMED).value,
                 },
             )
+            started = won is not None and first
             if won is None:
-                await _expire_left_claim(session, org_id, candidate, route.channel if route else "none")
-                continue
+                adopted = await session.scalar(_ADOPT_CLAIM, {"org_id": org_id, "message_id": candidate.message_id})
+                if adopted is None:
+                    await _expire_left_claim(session, org_id, candidate, route.channel if route else "none")
+                    continue
             claimed.append(
-                Claimed(candidate.message_id, candidate.kind, candidate.text, candidate.chat_id, route, route_error)
+                Claimed(
+                    candidate.message_id,
+                    candidate.kind,
+                    candidate.text,
+                    candidate.chat_id,
+                    route,
+                    route_error,
+                    started=started,
+                )
             )
         return claimed
+
+    async def start_send(self, org_id: uuid.UUID, message_id: uuid.UUID) -> bool:
+        """Move a claim waiting its turn to ``sending``, just before its attempt; False when another
+        process did (a redelivery's, or the one that lost the partition), or it ended meanwhile."""
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            return await session.scalar(_START_SEND, {"org_id": org_id, "message_id": message_id}) is not None
 
     async def _record_reply(self, session: AsyncSession, completed: RunCompleted) -> _Candidate | None:
         reply = _reply_values(completed)
@@ -573,6 +621,19 @@ class NotifierStore:
                 session, org_id, run_id, claimed, outcome="unknown", error_code="interrupted", attempts=attempts
             )
 
+    async def record_not_attempted(
+        self, org_id: uuid.UUID, run_id: uuid.UUID | None, claimed: Claimed
+    ) -> Notification | None:
+        """A claim a stop found still waiting its turn (behind a retry): ``failed`` with
+        ``interrupted_before_send`` — certainly not sent, never sent later, and people may send it
+        again; and the humans' notice."""
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            if not await _fail_waiting_claim(session, org_id, claimed.message_id, NOT_ATTEMPTED):
+                return None
+            return await self._undelivered_notice(
+                session, org_id, run_id, claimed, outcome="failed", error_code=NOT_ATTEMPTED, attempts=0
+            )
+
     async def _undelivered_notice(
         self,
         session: AsyncSession,
@@ -611,8 +672,10 @@ class NotifierStore:
 
     async def expire_stale_claims(self, older_than_s: float) -> int:
         """Claims of every org still ``sending`` after ``older_than_s``: their notifier stopped without
-        recording them (a crash during a retry's backoff); ``unknown`` now. Needs no tenant: a SECURITY
-        DEFINER function that scopes itself org by org (revision 0020)."""
+        recording them (a crash during a retry's backoff); ``unknown`` now. Claims still ``claimed``
+        (they waited behind that retry, never attempted): ``failed``, ``interrupted_before_send``.
+        Needs no tenant: a SECURITY DEFINER function that scopes itself org by org (revisions 0020,
+        0040)."""
         async with self._sessions() as session, session.begin():
             expired = await session.scalar(
                 text("SELECT expire_stale_deliveries(:older_than_s)"), {"older_than_s": int(older_than_s)}
@@ -792,6 +855,25 @@ async def _expire_left_claim(session: AsyncSession, org_id: uuid.UUID, candidate
         _count_on_commit(session, channel, candidate.kind.value, "unknown")
 
 
+async def _fail_waiting_claim(session: AsyncSession, org_id: uuid.UUID, message_id: uuid.UUID, error_code: str) -> bool:
+    """End a claim still waiting its turn (never attempted) ``failed`` with ``error_code``, and its
+    message with it; False when it is not ``claimed`` (begun, or ended, elsewhere)."""
+    ended = await session.scalar(
+        update(RunDelivery)
+        .where(
+            RunDelivery.org_id == org_id,
+            RunDelivery.message_id == message_id,
+            RunDelivery.status == DeliveryState.CLAIMED.value,
+        )
+        .values(status=DeliveryState.FAILED.value, error_code=error_code, completed_at=datetime.now(UTC))
+        .returning(RunDelivery.id)
+    )
+    if ended is None:
+        return False
+    await _mark_pending(session, org_id, message_id, MessageDeliveryStatus.FAILED, error_code)
+    return True
+
+
 def _count_on_commit(session: AsyncSession, channel: str, kind: str, outcome: str) -> None:
     """Count an outcome when its transaction commits: a claim rolled back (and redelivered) counts
     nothing, so the redelivery that records it again counts it once."""
@@ -802,6 +884,20 @@ def _count_on_commit(session: AsyncSession, channel: str, kind: str, outcome: st
 async def _mark_unknown(session: AsyncSession, org_id: uuid.UUID, message_id: uuid.UUID) -> None:
     """The message of a claim that became ``unknown`` says so in the inbox (it stayed ``pending``);
     a later receipt from the channel still advances it (revision 0031)."""
+    await _mark_pending(session, org_id, message_id, MessageDeliveryStatus.UNKNOWN)
+
+
+async def _mark_pending(
+    session: AsyncSession,
+    org_id: uuid.UUID,
+    message_id: uuid.UUID,
+    status: MessageDeliveryStatus,
+    error_code: str | None = None,
+) -> None:
+    """A message still ``pending`` takes its claim's end (a receipt ingested meanwhile stays)."""
+    values: dict[str, Any] = {"delivery_status": status.value}
+    if error_code is not None:
+        values["delivery_error"] = error_code
     await session.execute(
         update(Message)
         .where(
@@ -809,5 +905,5 @@ async def _mark_unknown(session: AsyncSession, org_id: uuid.UUID, message_id: uu
             Message.id == message_id,
             Message.delivery_status == MessageDeliveryStatus.PENDING.value,
         )
-        .values(delivery_status=MessageDeliveryStatus.UNKNOWN.value)
+        .values(**values)
     )

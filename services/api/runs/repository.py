@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
+from services.api.runs.schemas import ReplyDelivery
 from switchboard.db.models.agents import AiAgent
 from switchboard.db.models.notifications import DeliveryKind, DeliveryState, RunDelivery
 from switchboard.db.models.runs import AiAgentRun
@@ -57,8 +58,10 @@ def agent_exists(session: Session, org_id: uuid.UUID, agent_id: uuid.UUID) -> bo
     )
 
 
-def delivery_statuses(session: Session, org_id: uuid.UUID, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, DeliveryState]:
-    """The status of each run's reply delivery (written by the notifier); runs without one are absent."""
+def delivery_statuses(session: Session, org_id: uuid.UUID, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, ReplyDelivery]:
+    """The status of each run's reply delivery (written by the notifier); runs without one are absent.
+    A reply ``claimed`` (waiting its turn behind the run's queued messages) is ``sending`` here: the
+    notifier has it in hand (``ReplyDelivery``)."""
     if not run_ids:
         return {}
     rows = session.execute(
@@ -68,4 +71,8 @@ def delivery_statuses(session: Session, org_id: uuid.UUID, run_ids: list[uuid.UU
             RunDelivery.kind == DeliveryKind.REPLY.value,
         )
     )
-    return {run_id: DeliveryState(status) for run_id, status in rows.all() if run_id is not None}
+    return {
+        run_id: ReplyDelivery.SENDING if status == DeliveryState.CLAIMED else ReplyDelivery(status)
+        for run_id, status in rows.all()
+        if run_id is not None
+    }

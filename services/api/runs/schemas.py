@@ -18,9 +18,18 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from switchboard.db.enums import ErrorFamily, RunRowStatus, RunVitality, WakeReason
-from switchboard.db.models.notifications import DeliveryState
 
 MICROS_PER_USD = 1_000_000
+
+
+class ReplyDelivery(StrEnum):
+    """The reply's delivery as the API tells it (the notifier's ``run_deliveries.status``, where a
+    reply ``claimed`` — waiting its turn behind the run's queued messages — reads ``sending``)."""
+
+    SENDING = "sending"
+    SENT = "sent"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
 
 
 def usd(micros: int) -> str:
@@ -105,7 +114,7 @@ class RunSummary(BaseModel):
     steps_count: int
     # The reply's delivery (notifier): sending, sent, failed ("completed but not delivered"),
     # unknown (interrupted mid-send, never re-sent); null when there was nothing to deliver.
-    delivery_status: DeliveryState | None = None
+    delivery_status: ReplyDelivery | None = None
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None

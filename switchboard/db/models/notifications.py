@@ -15,10 +15,13 @@ from switchboard.db.base import Base, OrgScoped, Timestamps, UUIDPrimaryKey, che
 
 
 class DeliveryState(StrEnum):
-    """Where one outbound message stands. ``unknown``: the notifier stopped between claiming and
-    learning the channel's answer; the message may or may not have reached the customer and is
-    never sent again (at most once)."""
+    """Where one outbound message stands. ``claimed``: owned by a notifier, waiting its turn behind
+    the run's earlier messages, never attempted (a redelivery may still send it; revision 0040).
+    ``sending``: its attempt began. ``unknown``: the notifier stopped between that and learning the
+    channel's answer; the message may or may not have reached the customer and is never sent again
+    (at most once)."""
 
+    CLAIMED = "claimed"
     SENDING = "sending"
     SENT = "sent"
     FAILED = "failed"
@@ -59,8 +62,12 @@ class RunDelivery(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
         CheckConstraint("run_id IS NOT NULL OR kind = 'human'", name="run_unless_human"),
         Index(None, "run_id", "kind"),
         Index(None, "org_id", "created_at"),
-        # The claims in flight, for the notifier's sweep of stale ones (revision 0020).
-        Index("ix_run_deliveries_sending_updated_at", "updated_at", postgresql_where=text("status = 'sending'")),
+        # The claims in flight, for the notifier's sweep of stale ones (revisions 0020, 0040).
+        Index(
+            "ix_run_deliveries_open_updated_at",
+            "updated_at",
+            postgresql_where=text("status IN ('claimed', 'sending')"),
+        ),
     )
 
     # The run whose reply or intent this is; NULL for a person's message (kind ``human``).

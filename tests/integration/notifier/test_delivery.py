@@ -17,12 +17,13 @@ from scripts.channel_server import ChannelServer
 from services.notifier.handlers import Hooks
 from services.notifier.metrics import MESSAGES_DELIVERED
 from services.notifier.settings import NotifierSettings
-from services.notifier.store import Claimed
+from services.notifier.store import Claimed, NotifierStore
 from switchboard.contracts import Insight, InsightKind, Record, RunStatus, Topics, TopicSpec
 from switchboard.contracts.enums import InsightStatus
 from switchboard.crypto import KeyRing
 from switchboard.db.enums import Role
 from switchboard.db.models import ChannelSession, Conversation, Message
+from switchboard.db.session import create_async_engine, create_async_sessionmaker
 from tests.integration.notifier.conftest import RunningNotifier, World, eventually
 from tests.support.agents import tenant_session
 from tests.support.api import create_org
@@ -155,6 +156,87 @@ async def test_a_claim_left_mid_send_is_unknown_at_once_when_redelivered_after_a
     await eventually(lambda: unknown._value.get() - unknown_before, lambda n: n == 1)
     await asyncio.sleep(0.5)
     assert unknown._value.get() - unknown_before == 1, "counted once, when the claim committed"
+
+
+async def _crash_with_the_first_of_two_on_the_wire(world: World, publish: Publish, start_notifier: Start) -> Any:
+    """A run queued a message before its reply; the notifier dies while sending the first of the two."""
+    completed = world.run(text="Mais alguma coisa?")
+    world.queue_intent(completed, "Aqui está o link de pagamento.")
+    on_the_wire = asyncio.Event()
+
+    async def stall_on_the_first(claimed: Claimed) -> None:
+        if claimed.kind.value == "intent":
+            on_the_wire.set()
+            await asyncio.Event().wait()
+
+    first = await start_notifier(Hooks(after_claim=stall_on_the_first))
+    await publish(Topics.RUN_COMPLETED, completed)
+    await asyncio.wait_for(on_the_wire.wait(), 20)
+    statuses = {d.kind: d.status for d in world.deliveries(completed.run_id)}
+    assert statuses == {"intent": "sending", "reply": "claimed"}, "only the message on the wire is sending"
+    await first.crash()
+    return completed
+
+
+async def test_a_crash_mid_run_leaves_the_messages_not_yet_attempted_to_the_redelivery(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    """The first message may have gone out: ``unknown``, never sent again. The reply behind it was
+    never attempted: the redelivered record sends it (it became ``unknown`` too, and the customer
+    never got an answer)."""
+    completed = await _crash_with_the_first_of_two_on_the_wire(world, publish, start_notifier)
+
+    await start_notifier()
+    await eventually(
+        lambda: {d.kind: d.status for d in world.deliveries(completed.run_id)},
+        lambda s: s == {"intent": "unknown", "reply": "sent"},
+    )
+    assert [s.text for s in channel.received] == ["Mais alguma coisa?"]
+    statuses = {m.body: m.delivery_status for m in world.outbound(completed.run_id)}
+    assert statuses == {"Aqui está o link de pagamento.": "unknown", "Mais alguma coisa?": "sent"}
+
+
+async def test_a_message_not_yet_attempted_is_withheld_when_people_took_over_before_the_redelivery(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start, api: httpx.AsyncClient
+) -> None:
+    completed = await _crash_with_the_first_of_two_on_the_wire(world, publish, start_notifier)
+    taken = await api.post(
+        f"/api/v1/conversations/{world.conversation_id}:takeover", headers=world.org.headers(Role.MANAGER)
+    )
+    assert taken.status_code == 200, taken.text
+
+    await start_notifier()
+    await eventually(
+        lambda: {d.kind: (d.status, d.error_code) for d in world.deliveries(completed.run_id)},
+        lambda s: s == {"intent": ("unknown", "interrupted"), "reply": ("failed", "conversation_with_humans")},
+    )
+    assert channel.received == []
+
+
+async def test_a_claim_waiting_its_turn_is_sent_by_one_process_only(
+    stack: StackEndpoints, world: World, keyring: KeyRing
+) -> None:
+    """Two processes may hold the same ``claimed`` message (one lost the partition, the other got
+    the redelivery): the move to ``sending`` is won once."""
+    completed = world.run(text="Mais alguma coisa?")
+    world.queue_intent(completed, "Aqui está o link de pagamento.")
+    engine = create_async_engine(stack.database_url)
+    store = NotifierStore(create_async_sessionmaker(engine), keyring, waha_base_url="http://127.0.0.1:9")
+    try:
+        first = (await store.claim_run(completed)).claimed
+        again = (await store.claim_run(completed)).claimed  # the redelivery: the intent is left unknown
+        assert [(c.kind.value, c.started) for c in first] == [("intent", True), ("reply", False)]
+        assert [(c.kind.value, c.started) for c in again] == [("reply", False)]
+        reply = first[1].message_id
+        assert await asyncio.gather(
+            store.start_send(world.org.org_id, reply), store.start_send(world.org.org_id, reply)
+        ) in ([True, False], [False, True])
+        assert {d.kind: d.status for d in world.deliveries(completed.run_id)} == {
+            "intent": "unknown",
+            "reply": "sending",
+        }
+    finally:
+        await engine.dispose()
 
 
 async def test_dry_runs_and_handoffs_send_nothing(

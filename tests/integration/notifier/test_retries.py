@@ -301,6 +301,24 @@ async def test_a_queued_message_retried_in_the_background_still_goes_out_before_
     ]
 
 
+def _by_kind(world: World, run_id: Any) -> dict[str, tuple[str, str | None]]:
+    return {d.kind: (d.status, d.error_code) for d in world.deliveries(run_id)}
+
+
+async def _retrying_a_queued_message(
+    settings: NotifierSettings, keyring: KeyRing, world: World, channel: ChannelServer, publish: Publish
+) -> tuple[RunningNotifier, Any]:
+    """A notifier retrying a run's queued message, its reply waiting behind it (``claimed``)."""
+    completed = world.run(text="Mais alguma coisa?")
+    world.queue_intent(completed, "Aqui está o link de pagamento.")
+    channel.fail_next(503, times=1000)
+    notifier = await RunningNotifier(settings, keyring).wait_ready()
+    await publish(Topics.RUN_COMPLETED, completed)
+    await channel.wait_for(2, timeout=20)
+    assert _by_kind(world, completed.run_id) == {"intent": ("sending", None), "reply": ("claimed", None)}
+    return notifier, completed
+
+
 async def test_a_stop_during_a_retry_records_the_messages_waiting_behind_it(
     keyring: KeyRing,
     world: World,
@@ -308,14 +326,48 @@ async def test_a_stop_during_a_retry_records_the_messages_waiting_behind_it(
     notifier_settings: NotifierSettings,
     publish: Publish,
 ) -> None:
-    """A graceful stop while the queued message is still being retried: it and the reply waiting
-    behind it are recorded ``unknown`` (never sent later), not left ``sending`` for the sweep."""
-    completed = world.run(text="Mais alguma coisa?")
-    world.queue_intent(completed, "Aqui está o link de pagamento.")
-    channel.fail_next(503, times=1000)
-    notifier = await RunningNotifier(_patient(notifier_settings, retry_grace_s=0.2), keyring).wait_ready()
-    await publish(Topics.RUN_COMPLETED, completed)
-    await channel.wait_for(2, timeout=20)
+    """A graceful stop while the queued message is still being retried: it is recorded ``unknown``
+    (an attempt may have gone out), and the reply waiting behind it — never attempted — ``failed``
+    with ``interrupted_before_send``: certainly not sent, never sent later, and the humans hear of it."""
+    settings = _patient(notifier_settings, retry_grace_s=0.2)
+    notifier, completed = await _retrying_a_queued_message(settings, keyring, world, channel, publish)
     await notifier.stop()
-    assert sorted(_statuses(world, completed.run_id)) == ["unknown", "unknown"]
+    assert _by_kind(world, completed.run_id) == {
+        "intent": ("unknown", "interrupted"),
+        "reply": ("failed", "interrupted_before_send"),
+    }
+    assert [s.text for s in channel.received if s.text == "Mais alguma coisa?"] == [], "the reply never went"
+    reply = next(m for m in world.outbound(completed.run_id) if m.body == "Mais alguma coisa?")
+    assert (reply.delivery_status, reply.delivery_error) == ("failed", "interrupted_before_send")
+    outcomes = {n.payload["message_id"]: n.payload["outcome"] for n in notifications(world)}
+    assert outcomes[str(reply.id)] == "failed", "people are told the reply did not go, and may send it"
+
+
+async def test_a_crash_during_a_retry_leaves_the_reply_behind_it_to_the_sweep_as_not_sent(
+    keyring: KeyRing,
+    world: World,
+    channel: ChannelServer,
+    notifier_settings: NotifierSettings,
+    publish: Publish,
+) -> None:
+    """A kill while the queued message is retried: its offset was committed, no redelivery comes.
+    The sweep marks the message on the wire ``unknown`` and the reply that waited behind it —
+    never attempted — ``failed`` (``interrupted_before_send``); it stayed ``sending`` and became
+    ``unknown`` before, as if it might have gone out."""
+    notifier, completed = await _retrying_a_queued_message(
+        _patient(notifier_settings), keyring, world, channel, publish
+    )
+    await notifier.crash()
+    channel.recover()
+    sweeping = _patient(notifier_settings, stale_claim_s=1.0, sweep_interval_s=0.2)
+    second = await RunningNotifier(sweeping, keyring).wait_ready()
+    try:
+        await eventually(
+            lambda: _by_kind(world, completed.run_id),
+            lambda d: d == {"intent": ("unknown", "interrupted"), "reply": ("failed", "interrupted_before_send")},
+        )
+    finally:
+        await second.stop()
+    statuses = {m.body: m.delivery_status for m in world.outbound(completed.run_id)}
+    assert statuses == {"Aqui está o link de pagamento.": "unknown", "Mais alguma coisa?": "failed"}
     assert [s.text for s in channel.received if s.text == "Mais alguma coisa?"] == [], "the reply never went"
