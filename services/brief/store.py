@@ -19,14 +19,12 @@ from sqlalchemy.orm import Session
 from services.brief.catalog import DigestCatalog
 from services.brief.digest import DayInputs, InsightFact, Promotion, RetiredModelUse, RunFact, RunTotals, compose
 from services.brief.facts import SPEND_FIELDS, Fact, merged
-from switchboard.autonomy import promotion_key
+from switchboard.autonomy import load_settings, promotion_key
 from switchboard.db.daily_brief import lock_day, open_todo_items
 from switchboard.db.enums import AutonomyMode, DecisionStatus, InsightStatus
 from switchboard.db.models.agents import AiAgent, AiAgentVersion, AiModel
 from switchboard.db.models.autonomy import (
     AgentDecision,
-    WorkspaceActionAutonomy,
-    WorkspaceAutonomy,
     WorkspaceDailyBrief,
     WorkspaceHomePrefs,
     WorkspaceInsight,
@@ -229,33 +227,30 @@ def _decided(session: Session, org_id: uuid.UUID, action_ids: Iterable[str]) -> 
 
 
 def promotions(session: Session, org_id: uuid.UUID, threshold: int) -> list[Promotion]:
-    """Action types the owner approved ``threshold`` times that are not ``auto`` already (by a mode
-    of their own, else their area's), minus the suggestions the owner already answered."""
+    """Action types the owner approved ``threshold`` times that still propose — by the same policy
+    the runner gates with (``AutonomySettings.action_mode``: not ``auto`` by their own mode or their
+    area's, and not off: a kill switch or an area turned off suggests nothing, since accepting would
+    change nothing the owner can see) — minus the suggestions the owner already answered."""
     approvals = func.count().label("approvals")
     query = (
         select(AgentDecision.area, AgentDecision.action_type, approvals)
-        .outerjoin(
-            WorkspaceAutonomy,
-            and_(WorkspaceAutonomy.org_id == AgentDecision.org_id, WorkspaceAutonomy.area == AgentDecision.area),
-        )
-        .outerjoin(
-            WorkspaceActionAutonomy,
-            and_(
-                WorkspaceActionAutonomy.org_id == AgentDecision.org_id,
-                WorkspaceActionAutonomy.action_type == AgentDecision.action_type,
-            ),
-        )
         .where(
             AgentDecision.org_id == org_id,
             AgentDecision.decided_at.is_not(None),
             AgentDecision.status.in_([DecisionStatus.APPROVED.value, DecisionStatus.EXECUTED.value]),
-            func.coalesce(WorkspaceActionAutonomy.mode, WorkspaceAutonomy.mode, AutonomyMode.PROPOSE.value)
-            != AutonomyMode.AUTO.value,
         )
         .group_by(AgentDecision.area, AgentDecision.action_type)
         .having(func.count() >= threshold)
     )
-    found = [Promotion(area=a, action_type=t, approvals=int(n)) for a, t, n in session.execute(query)]
+    rows = session.execute(query).all()
+    if not rows:
+        return []
+    settings = load_settings(session, org_id)
+    found = [
+        Promotion(area=a, action_type=t, approvals=int(n))
+        for a, t, n in rows
+        if settings.action_mode(a, t) is AutonomyMode.PROPOSE
+    ]
     # The owner's answer (accepted or dismissed) is kept on the suggestion's row: never asked again.
     answered = {
         key

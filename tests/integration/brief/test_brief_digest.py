@@ -502,3 +502,42 @@ def test_an_action_type_already_auto_by_its_own_mode_gets_no_promote_card(stack:
     with tenant_session(org) as session:
         found = promotions(session, org.org_id, threshold=3)
     assert [(p.area, p.action_type, p.approvals) for p in found] == [("crm", "crm_schedule_followup", 3)]
+
+
+@pytest.mark.parametrize("stopped_by", ["org_kill_switch", "area_kill_switch", "area_off"])
+def test_no_promote_card_while_autonomy_is_stopped(stack: StackEndpoints, stopped_by: str) -> None:
+    """The runner treats a kill switch (the org's or the area's) and an area turned off as ``off``
+    whatever the action type's mode: a card asking to make it ``auto`` then would change nothing
+    the owner can see (the API's own suggestion is not made then either)."""
+    from services.brief.store import promotions
+    from switchboard.db.models import Organization
+    from switchboard.db.models.autonomy import WorkspaceAutonomy
+    from tests.support.api import create_org
+
+    org = create_org(stack.database_url, name="Stopped Org")
+    with tenant_session(org) as session:
+        for _ in range(3):
+            session.add(
+                AgentDecision(
+                    org_id=org.org_id,
+                    area="crm",
+                    action_type="crm_schedule_followup",
+                    proposed_action={"to": "x"},
+                    autonomy_tier="propose",
+                    status="approved",
+                    decided_at=_utc(19, 10),
+                )
+            )
+    with tenant_session(org) as session:
+        assert [p.action_type for p in promotions(session, org.org_id, threshold=3)] == ["crm_schedule_followup"]
+        if stopped_by == "org_kill_switch":
+            session.get_one(Organization, org.org_id).autonomy_kill_switch = True
+        else:
+            killed = stopped_by == "area_kill_switch"
+            session.add(
+                WorkspaceAutonomy(
+                    org_id=org.org_id, area="crm", mode="propose" if killed else "off", kill_switch=killed
+                )
+            )
+    with tenant_session(org) as session:
+        assert promotions(session, org.org_id, threshold=3) == []
