@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from datetime import timedelta
 
@@ -79,7 +80,8 @@ async def login(body: LoginRequest, session: PublicSession, request: Request) ->
         per_address=settings.login_failures_per_address,
         window=timedelta(seconds=settings.login_failure_window_s),
     )
-    await throttle.check(session, email, address, limits)
+    sessions = database(request).sessions
+    attempt = await throttle.begin_attempt(sessions, email, address, limits)  # counted before it is checked
     try:
         token = await session.run_sync(
             lambda s: service.login(
@@ -87,9 +89,11 @@ async def login(body: LoginRequest, session: PublicSession, request: Request) ->
             )
         )
     except Unauthorized:
-        async with database(request).sessions() as failures, failures.begin():  # kept though this request fails
-            await throttle.record_failure(failures, email, address)
-        log.info("sign-in refused", extra={"client_address": address})
+        log.info("sign-in refused", extra={"client_address": address})  # its row stays: the failure
+        raise
+    except BaseException:
+        with contextlib.suppress(Exception):  # the original error is the one to answer
+            await throttle.forget_attempt(sessions, attempt)
         raise
     await throttle.clear(session, email)
     return Envelope(data=_issued(token))

@@ -4,6 +4,7 @@ failures, and a TOTP code is good once."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 import uuid
@@ -92,6 +93,28 @@ async def test_a_success_forgets_the_emails_failures(
     for _ in range(2):  # a fresh count: not locked after two more
         assert (await client.post("/api/v1/auth/login", json={"email": email, "password": "guess"})).status_code == 401
     assert (await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD})).status_code == 201
+
+
+async def test_a_burst_of_concurrent_guesses_gets_no_more_tries_than_the_limit(
+    from_address: Callable[[str], httpx.AsyncClient], make_org: Callable[..., OrgHandle], api_settings: ApiSettings
+) -> None:
+    """Twelve guesses at once: each is counted before its password is checked, and counts every
+    attempt committed before it, so at most three (the limit) are checked and the rest wait — all
+    twelve may wait, when each sees the others first. Counted after the check, all twelve read "no
+    failures yet" and every one was checked: a limit of ten gave a burst as many guesses as it had."""
+    email = f"owner-{uuid.uuid4().hex[:8]}@example.com"
+    make_org(email=email, password=PASSWORD)
+    clients = [from_address(_address()) for _ in range(12)]  # many addresses: only the email's limit applies
+    answers = await asyncio.gather(
+        *(c.post("/api/v1/auth/login", json={"email": email, "password": f"guess-{i}"}) for i, c in enumerate(clients))
+    )
+    codes = [a.status_code for a in answers]
+    checked = codes.count(401)
+    assert checked <= 3 and codes.count(429) == 12 - checked, codes
+    assert _failures(api_settings, email) == checked, "a refused attempt takes its row back"
+    # The burst used up no more than its failures: the owner still signs in while they are under the limit.
+    right = await clients[0].post("/api/v1/auth/login", json={"email": email, "password": PASSWORD})
+    assert right.status_code == (201 if checked < 3 else 429)
 
 
 async def test_one_address_trying_many_emails_waits(
