@@ -56,6 +56,7 @@ from switchboard.contracts import (
     Topics,
     TopicSpec,
 )
+from switchboard.kafka.decoding import decode_waiting
 from switchboard.kafka.producer import Placement
 from switchboard.observability.logging import get_logger
 from switchboard.observability.metrics import RECORDS_CONSUMED, RECORDS_DEAD_LETTERED
@@ -227,13 +228,23 @@ class BatchProcessor:
 
     # --------------------------------------------------------------------------- decoding
 
+    async def _decode_one(self, event: InEvent) -> Record | None:
+        """The event's record, or None once it is dead-lettered. While the schema registry is down
+        the record is fine: its batch (its partition's order with it) waits for the registry
+        (``decode_waiting``) — dead-lettered, a customer's message was never answered."""
+        try:
+            return await decode_waiting(
+                self._serde, event.topic, event.value, {"topic": event.topic.name, "offset": event.offset}
+            )
+        except ContractError as exc:
+            await self._dead_letter(event, str(exc.code), exc.message)
+            return None
+
     async def _decode(self, events: Sequence[InEvent]) -> dict[bytes, _Group]:
         groups: dict[bytes, _Group] = {}
         for event in events:
-            try:
-                record = self._serde.decode(event.topic, event.value)
-            except ContractError as exc:
-                await self._dead_letter(event, str(exc.code), exc.message)
+            record = await self._decode_one(event)
+            if record is None:
                 continue
             try:
                 org_id, conversation_id = conversation_of(record)

@@ -19,6 +19,7 @@ from aiokafka.errors import KafkaError
 from services.dispatcher import metrics
 from services.dispatcher.agents import AgentIndex
 from switchboard.contracts import AgentPublished, ContractError, Serde, Topics
+from switchboard.kafka.decoding import decode_waiting
 from switchboard.observability.logging import get_logger
 from switchboard.settings import KafkaSettings
 
@@ -70,15 +71,16 @@ class PublishedFeed:
                 batches = await consumer.getmany(timeout_ms=250, max_records=1000)
                 for records in batches.values():
                     for raw in records:
-                        self._apply(raw.value, raw.offset)
+                        await self._apply(raw.value, raw.offset)
                 await self._check_caught_up(consumer, ends)
                 metrics.PUBLISHED_AGENTS.set(len(self._index))
         finally:
             await consumer.stop()
 
-    def _apply(self, value: bytes | None, offset: int) -> None:
+    async def _apply(self, value: bytes | None, offset: int) -> None:
         try:
-            record = self._serde.decode(Topics.PUBLISHED, value)
+            # The registry down: wait for it (skipped, the index lost that agent's version for good).
+            record = await decode_waiting(self._serde, Topics.PUBLISHED, value, {"offset": offset})
         except ContractError as exc:
             log.error("undecodable published record skipped", extra={"offset": offset, "error_code": str(exc.code)})
             return

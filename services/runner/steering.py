@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaConsumer
 
 from switchboard.contracts import ContractError, Serde, SteeringMessage, Topics
 from switchboard.contracts.enums import SteeringKind
+from switchboard.kafka.decoding import decode_waiting
 from switchboard.observability.logging import get_logger
 from switchboard.settings import KafkaSettings
 
@@ -134,13 +135,15 @@ class SteeringListener:
                 batches = await consumer.getmany(timeout_ms=250, max_records=500)
                 for records in batches.values():
                     for record in records:
-                        self._handle(record.value, record.topic, record.partition, record.offset)
+                        await self._handle(record.value, record.topic, record.partition, record.offset)
         finally:
             await consumer.stop()
 
-    def _handle(self, value: bytes | None, topic: str, partition: int, offset: int) -> None:
+    async def _handle(self, value: bytes | None, topic: str, partition: int, offset: int) -> None:
+        where = {"topic": topic, "partition": partition, "offset": offset}
         try:
-            message = self._serde.decode(Topics.STEERING, value)
+            # The registry down: wait for it (skipped, the customer's steered message was lost).
+            message = await decode_waiting(self._serde, Topics.STEERING, value, where)
         except ContractError as exc:
             log.warning(
                 "undecodable steering record skipped",

@@ -166,7 +166,9 @@ class ConfluentRegistryClient:
 
     Synchronous on purpose: Kafka (de)serializers are synchronous callables. Every answer is
     cached for the life of the process (ids are immutable), so the network is touched once
-    per schema; call :meth:`preload` at startup to take even that off the hot path.
+    per schema; call :meth:`preload` at startup to take even that off the hot path. Code on an
+    event loop reads through ``Serde.decode_async``, which makes the first lookup of an id on a
+    worker thread.
 
     With ``auto_register`` (the default) writing registers the schema (idempotent: the same
     schema gets the same id back). Without it, the schema must already be registered

@@ -11,6 +11,9 @@ topic's current READER schema (Avro schema resolution), so records written by an
 producer still decode after a backward-compatible change. Every failure is a
 :class:`ContractError` with a stable code; nothing else escapes :meth:`Serde.decode`.
 
+:meth:`Serde.decode_async` is the same for code on an event loop: a schema id not seen before
+is resolved on a worker thread (the HTTP registry's call must not stop the loop).
+
 Keys are the UTF-8 text of the record's key field (e.g. the conversation id in canonical
 lowercase hyphenated form). Equal keys hash equally under Kafka's default murmur2
 partitioner, so with equal partition counts every conversation-scoped topic puts one
@@ -19,6 +22,7 @@ conversation on the same partition number.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import struct
 import threading
@@ -225,6 +229,18 @@ class Serde:
                 f"{exc.error_count()} error(s), first: "
                 f"{exc.errors()[0]['loc']} {exc.errors()[0]['msg']}",
             ) from exc
+
+    async def decode_async(self, topic: TopicSpec[R], data: bytes | None) -> R:
+        """:meth:`decode` for the event loop: a record framed with a schema id not seen before is
+        decoded on a worker thread, since its writer schema may come from the HTTP registry (up to
+        its timeout, 5 s, and again on every record while the registry is down: a call on the loop
+        stopped every other task of the process — heartbeats, health probes — meanwhile). Seen ids,
+        the steady state, decode inline."""
+        if data is not None and len(data) >= HEADER_SIZE:
+            magic, schema_id = _HEADER.unpack_from(data)
+            if magic == MAGIC_BYTE and (topic.name, schema_id) not in self._plans:
+                return await asyncio.to_thread(self.decode, topic, data)
+        return self.decode(topic, data)
 
     def _plan(self, topic: TopicSpec[Any], schema_id: int) -> _WriterPlan:
         plan = self._plans.get((topic.name, schema_id))

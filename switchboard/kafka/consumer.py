@@ -341,7 +341,7 @@ class RecordConsumer:
         for record in records:
             spec = self._topics[record.topic]
             try:
-                value = self._serde.decode(spec, record.value)
+                value = await self._serde.decode_async(spec, record.value)
             except ContractError as exc:
                 if exc.retryable:
                     return False  # the registry is down: the per-record path waits for it
@@ -407,7 +407,7 @@ class RecordConsumer:
         while True:
             decode_attempt += 1
             try:
-                value = self._serde.decode(spec, record.value)
+                value = await self._serde.decode_async(spec, record.value)
                 break
             except ContractError as exc:
                 if exc.retryable:

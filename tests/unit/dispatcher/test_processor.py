@@ -27,6 +27,7 @@ from switchboard.contracts import (
     encode_key,
 )
 from switchboard.contracts.schemas import schemas_dir
+from tests.support.registries import FlakyRegistry
 from tests.unit.dispatcher.builders import ORG, T0, dispatch, index_of, snapshot
 
 SERDE = Serde(CatalogRegistry(schemas_dir()))
@@ -151,6 +152,7 @@ def processor(
     admission: FakeAdmission | None = None,
     config: PolicyConfig | None = None,
     clock: Callable[[], datetime] = lambda: T0,
+    serde: Serde = SERDE,
 ) -> tuple[BatchProcessor, Log, FakeStore, FakeEmitter, FakeDeadLetters, FakeDue]:
     log = Log()
     store, emitter, letters, due = FakeStore(log), FakeEmitter(log), FakeDeadLetters(), FakeDue()
@@ -162,7 +164,7 @@ def processor(
         index=index_of(snapshot(1)),
         budgets=lambda: BudgetView(),
         config=config or PolicyConfig(reply_interval_s=0),
-        serde=SERDE,
+        serde=serde,
         due=due,
         clock=clock,
     )
@@ -276,3 +278,14 @@ async def test_a_worker_reading_old_records_lets_a_lapsed_lease_wait_one_more_le
     await proc.process([produced(tick, now[0], 3)])
     recovered = emitter.records(Topics.RUN_REQUESTED)[-1]
     assert len(emitter.records(Topics.RUN_REQUESTED)) == 3 and recovered.attempt == 2
+
+
+async def test_a_request_read_while_the_schema_registry_is_down_waits_for_it_and_is_dispatched() -> None:
+    """``registry_unavailable`` is the one decode error that says nothing of the record: it is
+    retried until the registry answers. Dead-lettered, the customer's message was never answered."""
+    registry = FlakyRegistry(failures=3)
+    proc, _, _, emitter, letters, _ = processor(serde=Serde(registry))  # nothing cached yet
+    await proc.process([event(dispatch())])
+    assert letters.letters == []
+    assert registry.lookups == 4
+    assert len(emitter.records(Topics.RUN_REQUESTED)) == 1
