@@ -378,24 +378,32 @@ class StatusChange:
 
 
 # The old status comes from the row locked by the same statement: concurrent reports serialize,
-# and exactly one of them sees the transition.
+# and exactly one of them sees the transition. A report older than the one the status came from
+# (WAHA's clock on both sides) changes nothing (revision 0041).
 _SET_SESSION_STATUS = text(
     """
-UPDATE channel_sessions AS cs SET status = :status, updated_at = now()
-FROM (SELECT id, status FROM channel_sessions
+UPDATE channel_sessions AS cs
+SET status = :status, status_reported_at = coalesce(:reported_at, old.status_reported_at), updated_at = now()
+FROM (SELECT id, status, status_reported_at FROM channel_sessions
       WHERE org_id = :org_id AND id = :channel_session_id FOR UPDATE) AS old
 WHERE cs.id = old.id
+  AND (CAST(:reported_at AS timestamptz) IS NULL OR old.status_reported_at IS NULL
+       OR :reported_at >= old.status_reported_at)
 RETURNING old.status AS previous, cs.label, cs.phone_number
 """
 ).bindparams(
-    bindparam("org_id", type_=PG_UUID(as_uuid=True)), bindparam("channel_session_id", type_=PG_UUID(as_uuid=True))
+    bindparam("org_id", type_=PG_UUID(as_uuid=True)),
+    bindparam("channel_session_id", type_=PG_UUID(as_uuid=True)),
+    bindparam("reported_at", type_=DateTime(timezone=True)),
 )
 
 
 def set_session_status(
-    session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID, status: str
+    session: Session, org_id: uuid.UUID, channel_session_id: uuid.UUID, status: str, reported_at: datetime | None
 ) -> StatusChange | None:
+    """The status a report gives; None when it changed nothing (a report older than the status's)."""
     row = session.execute(
-        _SET_SESSION_STATUS, {"org_id": org_id, "channel_session_id": channel_session_id, "status": status}
+        _SET_SESSION_STATUS,
+        {"org_id": org_id, "channel_session_id": channel_session_id, "status": status, "reported_at": reported_at},
     ).one_or_none()
     return None if row is None else StatusChange(row.previous, row.label, row.phone_number)

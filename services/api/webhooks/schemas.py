@@ -114,7 +114,8 @@ class WebhookResult(BaseModel):
     reason: str | None = Field(
         default=None,
         description="`duplicate`, `echo` (the channel's copy of a message the platform sent), `group`, `from_me`,"
-        " `human_handoff`, `broadcast`, `session_status`, `event_ignored`,"
+        " `human_handoff`, `broadcast`, `session_status`, `session_status_stale` (a report older than the"
+        " status's: nothing changed), `event_ignored`,"
         " `slash_todo` (a /todo item was added instead of storing a message), `delivery_ack` (a receipt;"
         " `message_id` is the message it advanced, null when none did)",
     )

@@ -257,19 +257,33 @@ def _plan_session_status(
     if status is None:
         return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="event_ignored")
 
+    reported_at = _epoch(event.timestamp)
+
     def apply(session: Session, _outbox: OutboxBatch) -> WebhookResult:
-        return record_session_status(session, route=route, status=status, serde=serde, request_id=request_id)
+        return record_session_status(
+            session, route=route, status=status, reported_at=reported_at, serde=serde, request_id=request_id
+        )
 
     return _Planned(index, "", apply)
 
 
 def record_session_status(
-    session: Session, *, route: ChannelSessionRoute, status: ChannelSessionStatus, serde: Serde, request_id: str | None
+    session: Session,
+    *,
+    route: ChannelSessionRoute,
+    status: ChannelSessionStatus,
+    reported_at: datetime | None,
+    serde: Serde,
+    request_id: str | None,
 ) -> WebhookResult:
     """Follow WAHA's session state: only ``working`` sessions can be bound when an agent is published.
-    A working session going down is announced to the owner (``channels.alerts``)."""
-    change = repository.set_session_status(session, route.org_id, route.channel_session_id, status.value)
-    if change is not None and alerts.is_disconnection(change.previous, status):
+    A working session going down is announced to the owner (``channels.alerts``). A report older
+    than the one the status came from (``reported_at``: WAHA's clock) changes nothing — a retried
+    or replayed delivery set a number back to a state it had left."""
+    change = repository.set_session_status(session, route.org_id, route.channel_session_id, status.value, reported_at)
+    if change is None:
+        return WebhookResult(message_id=None, dispatched=False, duplicate=False, reason="session_status_stale")
+    if alerts.is_disconnection(change.previous, status):
         alerts.announce_disconnected(
             session,
             serde,
@@ -317,13 +331,18 @@ def _plan_delivery_ack(index: int, route: ChannelSessionRoute, event: WahaEvent)
 
 def _occurred_at(timestamp: float | None) -> datetime:
     """WAHA message timestamps are seconds; milliseconds are accepted; nonsense means now."""
-    if timestamp is not None:
-        seconds = timestamp / 1000 if timestamp > 10**11 else timestamp
-        try:
-            return datetime.fromtimestamp(seconds, UTC)
-        except (OverflowError, OSError, ValueError):
-            pass
-    return datetime.now(UTC)
+    return _epoch(timestamp) or datetime.now(UTC)
+
+
+def _epoch(timestamp: float | None) -> datetime | None:
+    """A WAHA timestamp (seconds, or milliseconds: the envelope's) as a time; None when absent or nonsense."""
+    if timestamp is None:
+        return None
+    seconds = timestamp / 1000 if timestamp > 10**11 else timestamp
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _content_type(message: WahaMessage) -> MessageContentType:

@@ -76,6 +76,9 @@ class ChannelSession(UUIDPrimaryKey, OrgScoped, Timestamps, Base):
     label: Mapped[str]
     phone_number: Mapped[str | None]
     status: Mapped[str] = mapped_column(server_default=text("'starting'"))
+    # When WAHA made the ``session.status`` report the status came from (its clock): an older
+    # report arriving later (a retried delivery, a replay) changes nothing (revision 0041).
+    status_reported_at: Mapped[datetime | None]
     # The provider endpoint for this session; NULL means the platform's configured default.
     base_url: Mapped[str | None]
     # Whether a message typed on the business's phone (not one Switchboard sent) takes the

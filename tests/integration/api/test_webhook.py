@@ -544,6 +544,43 @@ async def test_session_status_event_follows_waha_state(
     assert shown.json()["data"]["status"] == "working"
 
 
+async def test_session_status_reports_apply_in_the_order_waha_made_them(
+    client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
+) -> None:
+    """WAHA retries failed deliveries: a ``STARTING`` arriving after the ``WORKING`` that followed it
+    must not set the number back (agents could not be bound to it), and a signed ``FAILED`` body
+    replayed after the number came back must not mark it down again."""
+    channel = await connect_channel(client, org)
+
+    async def report(status: str, at_ms: int) -> str:
+        raw = encode(
+            {"event": "session.status", "session": channel.name, "timestamp": at_ms, "payload": {"status": status}}
+        )
+        response = await deliver(client, raw, channel.secret)
+        assert response.status_code == 200, response.text
+        return str(response.json()["data"]["reason"])
+
+    def status() -> str:
+        row = db(org.org_id).get(ChannelSession, channel.id)
+        assert row is not None
+        return row.status
+
+    base = 1_764_900_000_000
+    assert await report("WORKING", base + 2_000) == "session_status"
+    assert await report("STARTING", base + 1_000) == "session_status_stale"  # retried late
+    assert status() == "working"
+    failed = base + 3_000
+    assert await report("FAILED", failed) == "session_status"
+    assert status() == "failed"
+    assert await report("WORKING", base + 4_000) == "session_status"
+    assert await report("FAILED", failed) == "session_status_stale"  # the same signed body, replayed
+    assert status() == "working"
+    # A report without a timestamp still applies (older WAHA builds).
+    raw = encode({"event": "session.status", "session": channel.name, "payload": {"status": "STOPPED"}})
+    assert (await deliver(client, raw, channel.secret)).json()["data"]["reason"] == "session_status"
+    assert status() == "stopped"
+
+
 async def test_a_message_with_nul_characters_is_stored_without_them(
     client: httpx.AsyncClient, org: OrgHandle, db: Callable[[uuid.UUID], Session]
 ) -> None:
