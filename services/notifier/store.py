@@ -99,14 +99,19 @@ ORDER BY part, created_at, id
 """
 ).bindparams(*(bindparam(n, type_=_UUID) for n in _REPLY_PARAMS))
 
+# The claim also reads whether its number was archived since: routes are cached for
+# ``ROUTE_TTL_S``, and a number given up must not send from the moment it is archived (its name
+# on its WAHA server may be another session's already). Same round trip.
+_ARCHIVED_SINCE = """EXISTS (SELECT 1 FROM channel_sessions AS cs
+    WHERE cs.org_id = :org_id AND cs.id = :channel_session_id AND cs.archived_at IS NOT NULL)"""
 _CLAIM = text(
-    """
+    f"""
 INSERT INTO run_deliveries (id, org_id, run_id, message_id, kind, channel, status)
 VALUES (:id, :org_id, :run_id, :message_id, :kind, :channel, :status)
 ON CONFLICT (message_id) DO NOTHING
-RETURNING id
+RETURNING id, {_ARCHIVED_SINCE} AS archived
 """
-).bindparams(*(bindparam(n, type_=_UUID) for n in ("id", "org_id", "run_id", "message_id")))
+).bindparams(*(bindparam(n, type_=_UUID) for n in ("id", "org_id", "run_id", "message_id", "channel_session_id")))
 # A claim's move from waiting its turn to its attempt: won by one process only.
 _START_SEND = text(
     f"""
@@ -120,9 +125,9 @@ _ADOPT_CLAIM = text(
     f"""
 UPDATE run_deliveries SET updated_at = now()
 WHERE org_id = :org_id AND message_id = :message_id AND status = '{DeliveryState.CLAIMED.value}'
-RETURNING id
+RETURNING id, {_ARCHIVED_SINCE} AS archived
 """
-).bindparams(*(bindparam(n, type_=_UUID) for n in ("org_id", "message_id")))
+).bindparams(*(bindparam(n, type_=_UUID) for n in ("org_id", "message_id", "channel_session_id")))
 # Why a claim ended failed without an attempt: a stop (or, in the sweep, a crash) came while it
 # waited its turn (revision 0040). Certainly not sent: people may send it again.
 NOT_ATTEMPTED = "interrupted_before_send"
@@ -436,24 +441,32 @@ class NotifierStore:
                 lambda c=candidate: self._route(session, org_id, c.channel_session_id),  # type: ignore[misc]
             )
             first = not claimed
-            won = await session.scalar(
-                _CLAIM,
-                {
-                    "id": uuid.uuid4(),
-                    "org_id": org_id,
-                    "run_id": run_id,
-                    "message_id": candidate.message_id,
-                    "kind": candidate.kind.value,
-                    "channel": route.channel if route else "none",
-                    "status": (DeliveryState.SENDING if first else DeliveryState.CLAIMED).value,
-                },
-            )
-            started = won is not None and first
-            if won is None:
-                adopted = await session.scalar(_ADOPT_CLAIM, {"org_id": org_id, "message_id": candidate.message_id})
-                if adopted is None:
+            claim = (
+                await session.execute(
+                    _CLAIM,
+                    {
+                        "id": uuid.uuid4(),
+                        "org_id": org_id,
+                        "run_id": run_id,
+                        "message_id": candidate.message_id,
+                        "channel_session_id": candidate.channel_session_id,
+                        "kind": candidate.kind.value,
+                        "channel": route.channel if route else "none",
+                        "status": (DeliveryState.SENDING if first else DeliveryState.CLAIMED).value,
+                    },
+                )
+            ).one_or_none()
+            started = claim is not None and first
+            if claim is None:
+                where = {"org_id": org_id, "message_id": candidate.message_id}
+                claim = (
+                    await session.execute(_ADOPT_CLAIM, {**where, "channel_session_id": candidate.channel_session_id})
+                ).one_or_none()
+                if claim is None:
                     await _expire_left_claim(session, org_id, candidate, route.channel if route else "none")
                     continue
+            if claim.archived:  # archived within the route cache's life
+                route, route_error = None, ARCHIVED
             claimed.append(
                 Claimed(
                     candidate.message_id,

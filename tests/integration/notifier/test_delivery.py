@@ -312,6 +312,27 @@ async def test_nothing_goes_out_through_an_archived_number(
     assert channel.received == []
 
 
+async def test_a_number_archived_while_its_route_is_cached_sends_nothing_more(
+    world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
+) -> None:
+    """The notifier keeps a number's route for ten seconds; the claim itself reads the archive, so
+    the reply after an archive fails at once instead of leaving through a name that may be another
+    number's now."""
+    await start_notifier()
+    before = world.run(text="antes")
+    await publish(Topics.RUN_COMPLETED, before)
+    await eventually(lambda: _statuses(world, before.run_id), lambda s: s == ["sent"])  # the route is cached
+    with tenant_session(world.org) as session:
+        session.execute(
+            update(ChannelSession).where(ChannelSession.id == world.channel_id).values(archived_at=func.now())
+        )
+    after = world.run(text="depois")
+    await publish(Topics.RUN_COMPLETED, after)
+    [delivery] = await eventually(lambda: world.deliveries(after.run_id), lambda d: [x.status for x in d] == ["failed"])
+    assert delivery.error_code == "channel_session_archived"
+    assert [s.text for s in channel.received] == ["antes"]
+
+
 async def test_queued_intents_are_sent_once_each_before_the_reply(
     world: World, channel: ChannelServer, publish: Publish, start_notifier: Start
 ) -> None:
