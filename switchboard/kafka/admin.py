@@ -43,6 +43,11 @@ async def _connect(settings: KafkaSettings, wait_s: float) -> AIOKafkaAdminClien
             if time.monotonic() >= deadline:
                 raise
             await asyncio.sleep(0.5)
+        except BaseException:
+            # Cancelled (a readiness probe's timeout) or failed otherwise: the client's connections
+            # and tasks go with it — left open, every probe during a broker slowdown leaked one.
+            await asyncio.shield(admin.close())
+            raise
 
 
 async def _partition_counts(
