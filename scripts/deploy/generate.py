@@ -946,8 +946,10 @@ def compose(config: dict[str, str]) -> dict[str, Any]:
                 "postgres-data:/var/lib/postgresql/data",
                 "./postgres-init.sh:/docker-entrypoint-initdb.d/10-switchboard-roles.sh:ro",
             ],
+            # Over TCP: the image's first start runs initdb and its init scripts on a server that
+            # listens on the Unix socket only, which a bare pg_isready took for the real one.
             "healthcheck": {
-                "test": ["CMD-SHELL", "pg_isready -U postgres -d switchboard"],
+                "test": ["CMD-SHELL", "pg_isready -h 127.0.0.1 -U postgres -d switchboard"],
                 "interval": "5s",
                 "timeout": "5s",
                 "retries": 20,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -177,4 +178,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.include_router(router)
     if mcp is not None:
         app.mount(MCP_MOUNT, mcp.app)
+    # Set when the process starts stopping (``__main__``), before uvicorn's graceful wait: requests
+    # that wait long (a dry run's answer, a run's live events) answer with what they have instead
+    # of being cut at API_GRACEFUL_TIMEOUT_S (docs/deploy.md, the api's grace period).
+    app.state.draining = asyncio.Event()
     return app

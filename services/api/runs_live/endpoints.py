@@ -7,6 +7,7 @@ run keeps going; its trace and events stay available).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -153,7 +154,13 @@ async def test_version(
     # The request's own transaction (the token lookup) ends here: waiting for the run must not
     # hold a pooled connection for up to the deadline (webhooks share the pool).
     await ctx.session.commit()
-    run = await service.wait_for_run(db.sessions, ctx.org_id, ticket, timeout_s=LiveRunSettings().dry_run_timeout_s)
+    run = await service.wait_for_run(
+        db.sessions,
+        ctx.org_id,
+        ticket,
+        timeout_s=LiveRunSettings().dry_run_timeout_s,
+        draining=request.app.state.draining,
+    )
     result = _result(run, ticket)
     done = run is not None and run.status not in {s.value for s in ACTIVE_RUN_STATUSES}
     return JSONResponse(Envelope[DryRunResult](data=result).model_dump(mode="json"), status_code=200 if done else 202)
@@ -208,6 +215,8 @@ async def run_events(
     async def finished() -> bool:
         return await final_status() is not None
 
+    draining: asyncio.Event = request.app.state.draining
+
     async def stream() -> AsyncIterator[bytes]:
         seen_done = False
         async for event in service.run_events(
@@ -218,12 +227,15 @@ async def run_events(
             created_at=created_at,
             after_seq=after_seq,
             run_finished=finished,
+            stop=draining,
         ):
             if event is None:
                 yield b": keep-alive\n\n"
                 continue
             seen_done = seen_done or event.type.value == "done"
             yield service.sse(event.type.value, json.dumps(service.event_json(event)), str(event.seq))
+        if draining.is_set() and not seen_done:
+            return  # this replica stops: the client's EventSource reconnects with Last-Event-ID
         if not seen_done:
             status = await final_status()
             yield service.sse("done", json.dumps({"run_id": str(run_id), "type": "done", "status": status}))

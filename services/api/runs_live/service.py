@@ -20,6 +20,7 @@ topic (3 days), the stream ends with a ``done`` built from the run row.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -188,9 +189,15 @@ async def request_dry_run(
 
 
 async def wait_for_run(
-    sessions: async_sessionmaker[AsyncSession], org_id: uuid.UUID, ticket: DryRunTicket, *, timeout_s: float
+    sessions: async_sessionmaker[AsyncSession],
+    org_id: uuid.UUID,
+    ticket: DryRunTicket,
+    *,
+    timeout_s: float,
+    draining: asyncio.Event | None = None,
 ) -> AiAgentRun | None:
-    """The dry run answering the ticket's message once terminal; the run as it is at the deadline otherwise.
+    """The dry run answering the ticket's message once terminal; the run as it is at the deadline,
+    or when the API starts stopping (``draining``: answered, not cut by the rollout), otherwise.
 
     Raises :class:`DryRunRefused` as soon as the dispatcher's recorded decision about the test is
     anything but ``dispatched`` (its sink writes ``dispatch_decisions``)."""
@@ -227,10 +234,20 @@ async def wait_for_run(
                 f"The dispatcher did not run the test: {reason or refusal.outcome}",
                 details={"outcome": refusal.outcome, "reason": reason},
             )
-        if (run is not None and run.status not in _ACTIVE) or time.monotonic() >= deadline:
+        stopping = draining is not None and draining.is_set()
+        if (run is not None and run.status not in _ACTIVE) or time.monotonic() >= deadline or stopping:
             return run
-        await asyncio.sleep(delay)
+        await _sleep_unless(draining, delay)
         delay = min(1.0, delay * 1.5)
+
+
+async def _sleep_unless(event: asyncio.Event | None, delay: float) -> None:
+    """Sleep ``delay`` seconds, or less when ``event`` is set meanwhile."""
+    if event is None:
+        await asyncio.sleep(delay)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout=delay)
 
 
 # ---------------------------------------------------------------------------- live events
@@ -266,8 +283,10 @@ async def run_events(
     run_finished: Any,
     keepalive_s: float = 15.0,
     idle_check_s: float = 2.0,
+    stop: asyncio.Event | None = None,
 ) -> AsyncIterator[RunEvent | None]:
-    """The run's events in order from ``after_seq``; ``None`` is a keep-alive tick.
+    """The run's events in order from ``after_seq``; ``None`` is a keep-alive tick. Ends early
+    when ``stop`` is set (the API is stopping: the client reconnects elsewhere with ``Last-Event-ID``).
 
     ``run_finished()`` (async) is asked whenever the partition was idle for
     ``idle_check_s``: when the run is over and its ``done`` is not coming (aged
@@ -298,12 +317,12 @@ async def run_events(
             consumer.seek(tp, found.offset)
         idle_since = time.monotonic()
         last_tick = time.monotonic()
-        while True:
+        while stop is None or not stop.is_set():
             batch = await consumer.getmany(tp, timeout_ms=500, max_records=200)
             got = False
             for record in batch.get(tp, []):
                 try:
-                    event = serde.decode(Topics.RUN_EVENTS, record.value)
+                    event = await serde.decode_async(Topics.RUN_EVENTS, record.value)
                 except Exception:  # an undecodable record is not this stream's business
                     continue
                 if event.run_id != run_id or event.seq <= after_seq:

@@ -21,16 +21,19 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import Session
 
+from services.api.app import create_app
+from services.api.settings import ApiSettings
 from services.dispatcher.agents import AgentIndex
 from services.dispatcher.policy import apply
 from services.dispatcher.sink import DecisionSink
 from switchboard.contracts import DispatchRequested, RunRequested, Serde, Topics
 from switchboard.db.models import OutboxEvent
 from switchboard.kafka.consumer import Inbound
+from switchboard.settings import DatabaseSettings, KafkaSettings
 from switchboard.tool_catalog import SEARCH_CONTACTS, SEND_WHATSAPP_MESSAGE
 from tests.integration.runner.harness import RunnerHarness, create_agent, inbound, run_request
 from tests.support.api import OrgHandle, create_org
-from tests.support.fake_llm import Reply, tool
+from tests.support.fake_llm import Reply, ServedApp, tool
 from tests.support.stack import StackEndpoints
 from tests.unit.dispatcher.builders import context
 
@@ -240,3 +243,53 @@ async def test_a_sample_phone_that_is_not_e164_is_refused(
         headers=org.headers(),
     )
     assert refused.status_code == 422 and "E.164" in refused.text
+
+
+async def test_waits_answer_when_the_api_starts_stopping(
+    rh: RunnerHarness, stack: StackEndpoints, module_kafka: KafkaSettings
+) -> None:
+    """A rollout stops an API replica while a dry run is still thinking (the test waits up to 60 s
+    for it) and a browser follows its live events: both answer within moments of the stop — the
+    test with ``202`` and what is known, the stream by ending without ``done`` so the EventSource
+    reconnects elsewhere — instead of being cut at the graceful timeout (20 s) with nothing."""
+    org = create_org(stack.database_url)
+    agent = create_agent(rh.db, org_id=org.org_id, provider="anthropic", model="claude-haiku-4-5")
+    rh.fake.script([Reply(text="pensando...", delay_s=30)])
+    settings = ApiSettings(
+        database=DatabaseSettings(url=stack.database_url, owner_url=stack.database_owner_url),
+        kafka=module_kafka,
+        outbox_relay=False,
+    )
+    app = create_app(settings)
+    served = await ServedApp(app).start()
+    try:
+        async with emulated_dispatcher(rh, org.org_id), httpx.AsyncClient(base_url=served.url, timeout=90) as http:
+            testing = asyncio.create_task(
+                http.post(
+                    f"/api/v1/agents/{agent.agent_id}/versions/{agent.version_id}:test",
+                    json={"sample_message": "Oi"},
+                    headers=org.headers(),
+                )
+            )
+            run_id = None
+            for _ in range(100):
+                run_id = rh.scalar(org.org_id, "SELECT id FROM ai_agent_runs WHERE status = 'running' LIMIT 1")
+                if run_id is not None:
+                    break
+                await asyncio.sleep(0.2)
+            assert run_id is not None, "the dry run is running"
+            following = asyncio.create_task(http.get(f"/api/v1/runs/{run_id}/events", headers=org.headers()))
+            await asyncio.sleep(1.0)
+            assert not testing.done() and not following.done()
+
+            stopping_at = time.monotonic()
+            app.state.draining.set()
+            tested, followed = await asyncio.wait_for(asyncio.gather(testing, following), timeout=10)
+            waited = time.monotonic() - stopping_at
+    finally:
+        await served.stop()
+    assert waited < 5, waited
+    assert tested.status_code == 202, tested.text
+    assert tested.json()["data"]["run_id"] == str(run_id), "the handle to find the run later"
+    assert followed.status_code == 200
+    assert "done" not in [kind for kind, _ in parse_sse(followed.text)], "the run is not over"
