@@ -7,7 +7,9 @@ locally from ``var/stack.env`` written by ``make up``.
 
 from __future__ import annotations
 
+import os
 import ssl
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
@@ -253,6 +255,11 @@ def require_real_secret(name: str, value: SecretStr | None, runtime: RuntimeSett
         raise ValueError(f"{name} must be set to a real secret when SWITCHBOARD_ENV=production")
 
 
+def _libpq_authenticates_otherwise(query: Mapping[str, Any]) -> bool:
+    """Whether libpq has a way in without a password in the URL (docs/deploy.md "Database")."""
+    return "sslcert" in query or bool(os.environ.get("PGPASSWORD")) or bool(os.environ.get("PGPASSFILE"))
+
+
 class ServiceSettings(SharedSettings):
     """Base of each service's settings: the shared parts plus a health/metrics port."""
 
@@ -264,9 +271,20 @@ class ServiceSettings(SharedSettings):
 
     @model_validator(mode="after")
     def _no_placeholder_database_password(self) -> Self:
+        """In production a password in ``DATABASE_URL`` must be a real one. A URL without one is
+        accepted only when libpq has another way in — a client certificate (``sslcert=`` in the
+        URL) or a password it reads itself (``PGPASSWORD``, ``PGPASSFILE``) — and refused
+        otherwise: most often it is the local default deployed by mistake."""
         if self.runtime.is_production:
             from sqlalchemy.engine import make_url
 
-            password = make_url(self.database.url.get_secret_value()).password
-            require_real_secret("DATABASE_URL password", SecretStr(password or ""), self.runtime)
+            url = make_url(self.database.url.get_secret_value())
+            if url.password is None and _libpq_authenticates_otherwise(url.query):
+                return self
+            if url.password is None:
+                raise ValueError(
+                    "DATABASE_URL has no password: set one, or a client certificate (sslcert= in the URL),"
+                    " or PGPASSWORD / PGPASSFILE, when SWITCHBOARD_ENV=production"
+                )
+            require_real_secret("DATABASE_URL password", SecretStr(url.password), self.runtime)
         return self

@@ -33,6 +33,37 @@ def test_production_accepts_a_real_password(monkeypatch: pytest.MonkeyPatch) -> 
     assert DispatcherSettings().runtime.env is Environment.PRODUCTION
 
 
+@pytest.mark.parametrize(
+    ("url", "env", "accepted"),
+    [
+        ("postgresql+psycopg://app@db/switchboard", {}, False),  # the local default, deployed by mistake
+        (
+            "postgresql+psycopg://app@db/switchboard?sslmode=verify-full&sslcert=/tls/app.crt&sslkey=/tls/app.key",
+            {},
+            True,
+        ),
+        ("postgresql+psycopg://app@db/switchboard", {"PGPASSFILE": "/secrets/pgpass"}, True),
+        ("postgresql+psycopg://app@db/switchboard", {"PGPASSWORD": "9f8a7b6c5d4e3f2a"}, True),
+    ],
+)
+def test_production_takes_a_url_without_password_only_when_libpq_has_another_way_in(
+    monkeypatch: pytest.MonkeyPatch, url: str, env: dict[str, str], accepted: bool
+) -> None:
+    """Client certificates and libpq's own password file or variable are real ways in; a URL
+    without any of them is most likely the local default."""
+    monkeypatch.setenv("SWITCHBOARD_ENV", "production")
+    monkeypatch.setenv("DATABASE_URL", url)
+    for name in ("PGPASSWORD", "PGPASSFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if accepted:
+        assert DispatcherSettings().runtime.env is Environment.PRODUCTION
+    else:
+        with pytest.raises(ValidationError, match="no password"):
+            DispatcherSettings()
+
+
 def test_development_tolerates_placeholders() -> None:
     require_real_secret("X", SecretStr("change-me"), RuntimeSettings(env=Environment.DEVELOPMENT))
     with pytest.raises(ValueError):
