@@ -421,9 +421,30 @@ def _store_message(
     serde: Serde,
     request_id: str | None,
 ) -> WebhookResult:
-    """The message's writes: a command handled at ingest, an echo matched, or the message stored (and dispatched)."""
+    """The message's writes: an echo matched, a command handled at ingest, or the message stored (and dispatched).
+
+    The echo comes first: a ``fromMe`` delivery of the platform's own reply is not the owner
+    typing, and a reply that happens to read ``/compact`` or ``/handback`` — a customer can ask
+    the agent to write exactly that — must not run an owner's command (2026-12-05: it did)."""
     from_me = message.from_me
-    if not chat_id.endswith("@g.us"):
+    org_id, channel_session_id = route.org_id, route.channel_session_id
+    is_group = chat_id.endswith("@g.us")
+    if from_me and not is_group:
+        echoed = repository.claim_own_echo(
+            session,
+            org_id=org_id,
+            channel_session_id=channel_session_id,
+            chat_id=chat_id,
+            external_id=message.id,
+            body=message.body or "",
+        )
+        if echoed is None and slash.looks_like_command(message.body):
+            # The send's answer may have given our row this id already (then it is no longer unidentified).
+            echoed = repository.message_id_by_external(session, org_id, channel_session_id, message.id)
+        if echoed is not None:
+            # Our own reply coming back from the channel: it is already stored (now with its id).
+            return WebhookResult(message_id=echoed, dispatched=False, duplicate=True, reason="echo")
+    if not is_group:
         # The owner's /todo and /compact are handled here, before dispatch: never stored nor sent to the agent.
         handled = slash.handle_ingest_command(
             session,
@@ -438,21 +459,6 @@ def _store_message(
         )
         if handled is not None:
             return handled
-
-    org_id, channel_session_id = route.org_id, route.channel_session_id
-    is_group = chat_id.endswith("@g.us")
-    if from_me and not is_group:
-        echoed = repository.claim_own_echo(
-            session,
-            org_id=org_id,
-            channel_session_id=channel_session_id,
-            chat_id=chat_id,
-            external_id=message.id,
-            body=message.body or "",
-        )
-        if echoed is not None:
-            # Our own reply coming back from the channel: it is already stored (now with its id).
-            return WebhookResult(message_id=echoed, dispatched=False, duplicate=True, reason="echo")
     occurred_at = _occurred_at(message.timestamp)
     message_id = uuid.uuid4()
     attributes: dict[str, Any] = {"event": event.event}

@@ -64,6 +64,11 @@ COMPACT_NOTHING = "slash_compact_nothing"
 COMPACT_RUN_NAMESPACE = uuid.UUID("3c7d0f1e-9b7a-4f51-8a0e-5d2f61c4b9a7")
 
 
+def looks_like_command(text: str | None) -> bool:
+    """Whether ``text`` may be a slash command (the cheap test before any parsing or lookup)."""
+    return text is not None and text.lstrip().startswith("/")
+
+
 def handle_ingest_command(
     session: Session,
     *,
@@ -77,7 +82,7 @@ def handle_ingest_command(
     request_id: str | None = None,
 ) -> WebhookResult | None:
     """The delivery's result when ``text`` is a command handled at ingest; None to ingest it as a message."""
-    if not text or not text.lstrip().startswith("/"):
+    if not text or not looks_like_command(text):
         return None
     try:
         command = parse(text)

@@ -198,3 +198,35 @@ async def test_a_second_copy_of_our_own_reply_is_not_a_person_taking_over(
     assert outbox(world, Topics.STEERING) == []
     typed = await send(api, line, world.chat_id, "Oi, aqui é a Ana.", from_me=True)
     assert typed["reason"] == "owner_took_over", "a text we did not send is still a person"
+
+
+async def test_the_echo_of_an_agents_reply_that_reads_like_a_command_runs_no_command(
+    world: World, channel: ChannelServer, api: httpx.AsyncClient, publish: Publish, start_notifier: Start
+) -> None:
+    """A customer asks the agent to write exactly "/compact" (or "/handback"): WAHA echoes the reply
+    as the number's own message, and it must be recognised as the platform's echo — not run as
+    the owner's billed summarization or hand-back — whether the echo comes before the send's
+    answer gave the row its channel id, or after."""
+    line = await webhook_channel(world, api)
+    await start_notifier()
+    replied = world.run(text="/compact")
+    await publish(Topics.RUN_COMPLETED, replied)
+    await eventually(lambda: [d.status for d in world.deliveries(replied.run_id)], lambda s: s == ["sent"])
+    [reply] = world.outbound(replied.run_id)
+    assert reply.external_id is not None
+    # After the answer: the echo carries the id the row already has.
+    late = message_event(
+        line, message_id=reply.external_id, chat=world.chat_id, body="/compact", from_me=True, event="message.any"
+    )
+    echoed = await send(api, line, world.chat_id, "", from_me=True, event=late)
+    assert (echoed["reason"], echoed["message_id"]) == ("echo", str(reply.id))
+
+    # Before the answer: the row has no channel id yet (a queued message of a run still sending).
+    queued = world.run(text=None)
+    queued_id = world.queue_intent(queued, "/handback")
+    early = message_event(line, chat=world.chat_id, body="/handback", from_me=True, event="message.any")
+    echoed = await send(api, line, world.chat_id, "", from_me=True, event=early)
+    assert (echoed["reason"], echoed["message_id"]) == ("echo", str(queued_id))
+
+    assert outbox(world, Topics.RUN_REQUESTED) == [], "no summarization run was requested"
+    assert conversation(world).status == "open"
