@@ -26,7 +26,6 @@ from services.runner.context import ContextBuilder, DraftBuilder
 from services.runner.memory import insert_after
 from services.runner.providers.base import ProviderAccess
 from services.runner.subject import RunSubject
-from switchboard.contracts import WakeReason
 from switchboard.db.models import ScheduledFollowup
 from switchboard.db.session import async_tenant_transaction
 from switchboard.observability.logging import get_logger
@@ -37,7 +36,8 @@ LABEL: Final = "Follow-up"
 
 
 class FollowupContextLayer:
-    """Why a ``followUp`` run was woken: the follow-up's reason, when it was scheduled and due."""
+    """Why a ``followUp`` run (or its recovery) was woken: the follow-up's reason, when it was
+    scheduled and due."""
 
     name = "followup_context"
 
@@ -47,7 +47,9 @@ class FollowupContextLayer:
     async def build(self, subject: RunSubject, draft: DraftBuilder) -> None:
         request = subject.request
         followup_id = request.wake_context.follow_up_id
-        if request.wake_reason is not WakeReason.FOLLOW_UP or followup_id is None:
+        if followup_id is None:
+            # Not only ``followUp``: the recovery of a follow-up's run (``recovery``) keeps the id,
+            # and the run must still know what it promised (2026-12-05: it answered blind).
             return
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             row = await session.scalar(
@@ -74,7 +76,7 @@ def with_followup_context(
 
 
 class FollowupLinker:
-    """After a ``followUp`` run: ``fired_run_id`` of its follow-up, when not set yet."""
+    """After a ``followUp`` run (or its recovery): ``fired_run_id`` of its follow-up, when not set yet."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
@@ -82,7 +84,7 @@ class FollowupLinker:
 
     def after_run(self, subject: RunSubject, access: ProviderAccess | None) -> None:
         request = subject.request
-        if request.wake_reason is not WakeReason.FOLLOW_UP or request.wake_context.follow_up_id is None:
+        if request.wake_context.follow_up_id is None:  # a followUp run, or its recovery
             return
         task = asyncio.create_task(self.link(subject), name="followup-link")
         self._tasks.add(task)

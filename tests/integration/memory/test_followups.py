@@ -164,3 +164,38 @@ async def test_the_api_process_runs_the_scheduler(rh: RunnerHarness, api: httpx.
         await asyncio.sleep(0.1)
     [(_, dispatch)] = dispatches(rh, agent.conversation_id)
     assert dispatch.wake_context.follow_up_id == target
+
+
+async def test_the_recovery_of_a_followups_run_still_knows_the_followup(rh: RunnerHarness) -> None:
+    """The runner running a follow-up's wake died (a crash, a rollout): the dispatcher's recovery
+    attempt is a ``recovery`` wake that keeps the follow-up's id. It must still see what was
+    promised, and be the run the follow-up links to — it answered blind, and the follow-up never
+    named its run."""
+    agent = create_agent(rh.db, provider="anthropic")
+    promised = schedule(rh, agent, datetime.now(UTC) - timedelta(seconds=1), reason="send the revised quote")
+    engine = create_async_engine(rh.database_url, pool_size=2)
+    try:
+        await FollowupScheduler(create_async_sessionmaker(engine), Serde.from_settings(rh.kafka)).tick()
+    finally:
+        await engine.dispose()
+    [(_, dispatch)] = dispatches(rh, agent.conversation_id)
+    lost = run_for(dispatch, agent.agent_id, agent.version_id)  # never reached a runner
+    recovery = lost.model_copy(
+        update={
+            "run_id": uuid.uuid4(),
+            "attempt": 2,
+            "parent_run_id": lost.run_id,
+            "wake_reason": WakeReason.RECOVERY,
+            "wake_context": lost.wake_context.model_copy(update={"run_id": lost.run_id}),
+        }
+    )
+    rh.fake.script([Reply(text="Here is the revised quote.")])
+    run = await rh.run(recovery)
+    assert run.status == "completed" and run.wake_reason == "recovery"
+    assert run.prompt is not None
+    layers = {layer["label"]: layer["text"] for layer in run.prompt["layers"]}
+    assert layers["Follow-up"].endswith("Reason: send the revised quote")
+    deadline = time.monotonic() + 10
+    while followup(rh, agent, promised).fired_run_id != recovery.run_id:
+        assert time.monotonic() < deadline, "the follow-up was not linked to the run that kept it"
+        await asyncio.sleep(0.05)
