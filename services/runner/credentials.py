@@ -75,7 +75,7 @@ class CredentialResolver:
             return ProviderAccess(
                 source=CredentialSource.PLATFORM,
                 base_url=self._providers.base_url(provider),
-                api_key=platform.get_secret_value(),
+                api_key=platform.get_secret_value().strip(),  # a Secret written with a trailing newline
             )
         raise NoCredential("no_credential", f"no {provider} key: none on the version, the org or the platform")
 

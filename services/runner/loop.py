@@ -44,6 +44,7 @@ from services.runner.handoff import keyword_handoff, match_handoff_keyword
 from services.runner.interceptors import CallContext, StopRequest, ToolInterceptor
 from services.runner.metrics import PROVIDER_RETRIES
 from services.runner.outcome import (
+    ANSWER_REFUSED,
     INTERRUPTED,
     OUTPUT_LIMIT_REACHED,
     SILENCE_TIMEOUT,
@@ -385,6 +386,19 @@ class AgentLoop:
                     abort_reason=OUTPUT_LIMIT_REACHED,
                     summary=f"The answer of step {self._steps} was cut off at its {cap}-token output cap; "
                     "nothing was sent.",
+                )
+            if not response.tool_calls and response.stop_reason is StopReason.REFUSED:
+                # A refusal or a content filter: whatever text came with it is not an answer, and an
+                # empty "completed" run would leave the customer waiting with nobody told. Aborted,
+                # not sent: the run is unanswered, and the org's webhook hears of it.
+                self._record_guard(ANSWER_REFUSED, "the provider withheld the answer (refusal or content filter)")
+                self._events.debug(ANSWER_REFUSED, "refusal or content filter")
+                await self._flush_trace(final=True)
+                return self._outcome(
+                    OutcomeKind.ABORTED,
+                    abort_reason=ANSWER_REFUSED,
+                    summary=f"The model's provider withheld the answer of step {self._steps} (a refusal or a "
+                    "content filter); nothing was sent.",
                 )
             if not response.tool_calls:
                 await self._flush_trace(final=True)

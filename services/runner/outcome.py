@@ -66,6 +66,8 @@ SILENCE_TIMEOUT = "silence_timeout"
 LOOPING = "looping"
 # The model's answer reached the step's output cap: cut off (or all thinking, no answer).
 OUTPUT_LIMIT_REACHED = "output_limit_reached"
+# The provider withheld the answer (refusal, content or safety filter): nothing is sent.
+ANSWER_REFUSED = "answer_refused"
 HANDED_BACK = "handed_back"
 
 
@@ -123,6 +125,7 @@ _ABORT_FAMILIES = {
     "token_budget_exceeded": (Vitality.STALLED, ErrorFamily.BUDGET_EXCEEDED),
     "cost_budget_exceeded": (Vitality.STALLED, ErrorFamily.BUDGET_EXCEEDED),
     OUTPUT_LIMIT_REACHED: (Vitality.STALLED, ErrorFamily.BUDGET_EXCEEDED),
+    ANSWER_REFUSED: (Vitality.BLOCKED, None),
     LOOPING: (Vitality.LOOPING, None),
     SILENCE_TIMEOUT: (Vitality.STALLED, ErrorFamily.SILENT_RUN),
     INTERRUPTED: (Vitality.ALIVE, None),

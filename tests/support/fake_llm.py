@@ -50,6 +50,10 @@ class Reply:
     delay_s: float = 0.0
     raw_arguments: str | None = None  # OpenAI only: send these exact (maybe malformed) arguments
     truncated: bool = False  # the answer stopped at the request's output cap (max tokens / length)
+    # The provider's own stop / finish reason, as sent (a refusal, a content filter), instead of the usual.
+    stop: str | None = None
+    # OpenAI only: ``message.refusal`` (the model declined; content may be null).
+    refusal: str | None = None
 
 
 def text(value: str, **usage: int) -> Reply:
@@ -82,7 +86,7 @@ def _anthropic(reply: Reply, model: str) -> dict[str, Any]:
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": "tool_use" if reply.calls else "max_tokens" if reply.truncated else "end_turn",
+        "stop_reason": reply.stop or ("tool_use" if reply.calls else "max_tokens" if reply.truncated else "end_turn"),
         "stop_sequence": None,
         "usage": {
             "input_tokens": reply.input_tokens,
@@ -94,11 +98,11 @@ def _anthropic(reply: Reply, model: str) -> dict[str, Any]:
 
 
 def _openai_finish(reply: Reply) -> str:
-    return "tool_calls" if reply.calls else "length" if reply.truncated else "stop"
+    return reply.stop or ("tool_calls" if reply.calls else "length" if reply.truncated else "stop")
 
 
 def _openai(reply: Reply, model: str) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None, "refusal": reply.refusal}
     if reply.calls:
         message["tool_calls"] = [
             {
@@ -135,8 +139,10 @@ def _google(reply: Reply, model: str) -> dict[str, Any]:
         "candidates": [
             {
                 "content": {"role": "model", "parts": parts},
-                "finishReason": "MAX_TOKENS" if reply.truncated else "STOP",
+                "finishReason": reply.stop or ("MAX_TOKENS" if reply.truncated else "STOP"),
                 "index": 0,
+                # More under a token (base64 bytes): what the SDK's automatic continuation would fetch.
+                **({"continuationToken": "bW9yZQ=="} if reply.stop == "CONTINUATION" else {}),
             }
         ],
         "usageMetadata": {

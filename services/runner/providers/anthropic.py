@@ -28,7 +28,14 @@ from services.runner.providers.base import (
     render_system,
 )
 
-_STOP = {"end_turn": StopReason.END_TURN, "tool_use": StopReason.TOOL_USE, "max_tokens": StopReason.MAX_TOKENS}
+_STOP = {
+    "end_turn": StopReason.END_TURN,
+    "tool_use": StopReason.TOOL_USE,
+    "max_tokens": StopReason.MAX_TOKENS,
+    # The context window filled while answering: cut off like an answer at its cap.
+    "model_context_window_exceeded": StopReason.MAX_TOKENS,
+    "refusal": StopReason.REFUSED,
+}
 
 
 def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:

@@ -24,6 +24,9 @@ class StopReason(StrEnum):
     END_TURN = "end_turn"
     TOOL_USE = "tool_use"
     MAX_TOKENS = "max_tokens"
+    # The provider withheld the answer: a refusal, a safety or content filter, a blocked prompt.
+    # Any text that came with it is not an answer to send (the loop aborts the run).
+    REFUSED = "refused"
     OTHER = "other"
 
 

@@ -37,7 +37,25 @@ from services.runner.providers.base import (
     retry_after_seconds,
 )
 
-_STOP = {"STOP": StopReason.END_TURN, "MAX_TOKENS": StopReason.MAX_TOKENS}
+_STOP = {
+    "STOP": StopReason.END_TURN,
+    "MAX_TOKENS": StopReason.MAX_TOKENS,
+    # More is coming under a continuation token: the SDK's automatic continuation is off (each hop is
+    # billed and may reach the step's output cap again), so this answer is cut off at its cap.
+    "CONTINUATION": StopReason.MAX_TOKENS,
+    **{
+        reason: StopReason.REFUSED
+        for reason in (
+            "SAFETY",
+            "PROHIBITED_CONTENT",
+            "BLOCKLIST",
+            "SPII",
+            "RECITATION",
+            "IMAGE_SAFETY",
+            "MALFORMED_FUNCTION_CALL",
+        )
+    },
+}
 _ids = itertools.count(1)
 # Gemini may return calls without an id; ours are marked so they are never sent back as if Gemini's.
 _LOCAL_ID = "local_call_"
@@ -102,7 +120,13 @@ def from_response(response: Any) -> ModelResponse:
     output = ((meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0)) if meta else 0
     finish = candidates[0].finish_reason if candidates else None
     finish_name = getattr(finish, "value", None) or str(finish or "")
-    stop = StopReason.TOOL_USE if calls else _STOP.get(finish_name, StopReason.OTHER)
+    blocked = getattr(getattr(response, "prompt_feedback", None), "block_reason", None) is not None
+    if calls:
+        stop = StopReason.TOOL_USE
+    elif blocked and not candidates:  # the prompt itself was blocked: no candidate at all
+        stop = StopReason.REFUSED
+    else:
+        stop = _STOP.get(finish_name, StopReason.OTHER)
     return ModelResponse(
         text="".join(texts),
         tool_calls=tuple(calls),
@@ -194,6 +218,8 @@ class GoogleProvider(ModelProvider):
                 else None
             ),
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+            # Off for the same reason: every hop is a billed call the step's budget admission never saw.
+            automatic_continuation=False,
             tools=(
                 [
                     types.Tool(

@@ -29,7 +29,12 @@ from services.runner.providers.base import (
     render_system,
 )
 
-_STOP = {"stop": StopReason.END_TURN, "tool_calls": StopReason.TOOL_USE, "length": StopReason.MAX_TOKENS}
+_STOP = {
+    "stop": StopReason.END_TURN,
+    "tool_calls": StopReason.TOOL_USE,
+    "length": StopReason.MAX_TOKENS,
+    "content_filter": StopReason.REFUSED,
+}
 
 
 def to_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -82,7 +87,12 @@ def from_response(response: Any) -> ModelResponse:
             cache_read_tokens=cached,
             cache_write_tokens=written,
         ),
-        stop_reason=_STOP.get(choice.finish_reason or "", StopReason.OTHER),
+        # A refusal may come with finish_reason "stop" (the text then is in ``message.refusal``).
+        stop_reason=(
+            StopReason.REFUSED
+            if getattr(message, "refusal", None) and not calls
+            else _STOP.get(choice.finish_reason or "", StopReason.OTHER)
+        ),
         thinking=reasoning if isinstance(reasoning, str) else "",
     )
 

@@ -14,6 +14,7 @@ from switchboard.contracts import HandoffTriggered, RunCompleted, Topics
 from switchboard.contracts.enums import HandoffTrigger, SteeringKind
 from switchboard.db.models.agents import AiAgentVersion
 from switchboard.db.session import tenant_transaction
+from switchboard.run_outcomes import left_unanswered
 from switchboard.tool_catalog import (
     CONVERSATION_HISTORY,
     LIST_FOLLOWUPS,
@@ -112,6 +113,37 @@ async def test_an_answer_cut_off_at_the_output_cap_is_not_sent(
     assert "output cap" in guard["detail"]
     completed = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted))
     assert completed.abort_reason == "output_limit_reached" and completed.final_text is None
+
+
+@pytest.mark.parametrize(
+    ("provider", "model", "refused"),
+    [
+        ("anthropic", "claude-sonnet-4-6", Reply(text="Posso ajudar com", stop="refusal")),
+        ("openai", "gpt-5-mini", Reply(text="Claro, aqui", stop="content_filter")),
+        ("openai", "gpt-4o", Reply(refusal="I can't help with that.")),  # finish_reason "stop"
+        ("google", "gemini-2.5-flash", Reply(text="", stop="SAFETY")),
+        ("google", "gemini-2.5-flash", Reply(text="Temos", stop="CONTINUATION")),  # more was coming
+    ],
+)
+async def test_an_answer_the_provider_withheld_or_cut_is_not_sent(
+    rh: RunnerHarness, provider: str, model: str, refused: Reply
+) -> None:
+    """A refusal or a content filter is not an answer: its partial text was sent as a completed
+    reply, and an empty one ended "completed, empty" with nobody told. It aborts the run, nothing
+    sent, so the org hears the customer is unanswered. Gemini's continuation (more under a token,
+    which the SDK fetched with further billed calls the budget never saw) is cut off at the cap."""
+    agent = create_agent(rh.db, provider=provider, model=model)
+    rh.fake.script([refused])
+    calls_before = len(rh.fake.calls_to(provider))
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Quero saber uma coisa")]))
+
+    expected = "output_limit_reached" if refused.stop == "CONTINUATION" else "answer_refused"
+    assert (row.status, row.abort_reason) == ("aborted", expected)
+    assert row.final_text is None and row.would_send_to is None, "no withheld answer reaches the customer"
+    calls = len(rh.fake.calls_to(provider)) - calls_before
+    assert calls == 1, "one call: no continuation fetched behind the step's back"
+    completed = next(r for _, r in rh.outbox(agent.conversation_id) if isinstance(r, RunCompleted))
+    assert completed.abort_reason == expected and left_unanswered(completed), "the humans will be told"
 
 
 async def test_a_reasoning_model_gets_room_to_think_and_keeps_half_the_cap_for_its_answer(rh: RunnerHarness) -> None:
