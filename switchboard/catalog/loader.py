@@ -83,6 +83,10 @@ class CatalogModel(BaseModel):
     # Decimal strings in the file ("0.30"), so no binary float ever becomes a price.
     input_usd_per_mtok: Decimal | None = Field(default=None, ge=0)
     output_usd_per_mtok: Decimal | None = Field(default=None, ge=0)
+    # Input tokens read from the provider's prompt cache, and written to it (Anthropic bills a write
+    # above the input price); unset: billed as input, the provider's full price.
+    cache_read_usd_per_mtok: Decimal | None = Field(default=None, ge=0)
+    cache_write_usd_per_mtok: Decimal | None = Field(default=None, ge=0)
     price_basis: PriceBasis
     supports_tools: bool = True
     # It thinks before it answers, and the thinking counts against the output cap (billed as
@@ -92,7 +96,7 @@ class CatalogModel(BaseModel):
     released_at: date | None = None
     deprecated_at: date | None = None
 
-    @field_validator("input_usd_per_mtok", "output_usd_per_mtok")
+    @field_validator("input_usd_per_mtok", "output_usd_per_mtok", "cache_read_usd_per_mtok", "cache_write_usd_per_mtok")
     @classmethod
     def _six_decimals(cls, value: Decimal | None) -> Decimal | None:
         _micros(value)
@@ -114,6 +118,18 @@ class CatalogModel(BaseModel):
     @property
     def output_price_micros_per_mtok(self) -> int | None:
         return _micros(self.output_usd_per_mtok)
+
+    def price_attributes(self) -> dict[str, Any]:
+        """What ``ai_models.attributes`` carries besides the two prices (read by the runner's pricing)."""
+        cache = {
+            "cache_read_micros_per_mtok": _micros(self.cache_read_usd_per_mtok),
+            "cache_write_micros_per_mtok": _micros(self.cache_write_usd_per_mtok),
+        }
+        return {
+            "price_basis": self.price_basis,
+            **({"reasoning": True} if self.reasoning else {}),
+            **{key: value for key, value in cache.items() if value is not None},
+        }
 
 
 class CatalogProvider(BaseModel):
@@ -165,7 +181,7 @@ class Catalog(BaseModel):
                 "is_default": m.default,
                 "released_at": _midnight(m.released_at),
                 "deprecated_at": _midnight(m.deprecated_at),
-                "attributes": {"price_basis": m.price_basis, **({"reasoning": True} if m.reasoning else {})},
+                "attributes": m.price_attributes(),
             }
             for provider, entry in self.providers.items()
             for m in entry.models

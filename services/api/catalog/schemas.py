@@ -33,6 +33,14 @@ class ModelView(BaseModel):
     output_price_micros_per_mtok: int | None = Field(
         description="Price of a million output tokens in micro-USD; null = unknown, runs then cost 0."
     )
+    cache_read_price_micros_per_mtok: int | None = Field(
+        default=None,
+        description="Price of a million input tokens read from the provider's prompt cache; null = billed as input.",
+    )
+    cache_write_price_micros_per_mtok: int | None = Field(
+        default=None,
+        description="Price of a million input tokens written to the prompt cache; null = billed as input.",
+    )
     price_basis: str | None = Field(
         description="`list` (provider list price), `family` (family price), `unknown`, or `free` (demo)."
     )

@@ -33,6 +33,10 @@ def providers(session: Session) -> list[ProviderView]:
     return views
 
 
+def _price(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def model_view(row: AiModel) -> ModelView:
     attributes = row.attributes if isinstance(row.attributes, dict) else {}
     basis = attributes.get("price_basis")
@@ -45,6 +49,8 @@ def model_view(row: AiModel) -> ModelView:
         context_window=row.context_window,
         input_price_micros_per_mtok=row.input_price_micros_per_mtok,
         output_price_micros_per_mtok=row.output_price_micros_per_mtok,
+        cache_read_price_micros_per_mtok=_price(attributes.get("cache_read_micros_per_mtok")),
+        cache_write_price_micros_per_mtok=_price(attributes.get("cache_write_micros_per_mtok")),
         price_basis=None if basis is None else str(basis),
         supports_tools=row.supports_tools,
         reasoning=attributes.get("reasoning") is True,

@@ -87,6 +87,13 @@ async def test_models_carry_prices_context_window_and_the_default(client: httpx.
     assert sonnet["input_price_micros_per_mtok"] == 3_000_000 and sonnet["output_price_micros_per_mtok"] == 15_000_000
     assert sonnet["is_default"] is True and sonnet["context_window"] == 200_000
     assert sonnet["display_name"] == "Claude Sonnet 4.6" and sonnet["deprecated_at"] is None
+    # Prompt-cache prices: reads a tenth of the input price, five-minute writes 1.25 times it.
+    assert (sonnet["cache_read_price_micros_per_mtok"], sonnet["cache_write_price_micros_per_mtok"]) == (
+        300_000,
+        3_750_000,
+    )
+    gpt5 = models[("openai", "gpt-5")]
+    assert (gpt5["cache_read_price_micros_per_mtok"], gpt5["cache_write_price_micros_per_mtok"]) == (125_000, None)
     # No price in the catalog means unknown (the runner records cost 0), never a made-up number.
     lite = models[("google", "gemini-3.5-flash-lite")]
     assert lite["input_price_micros_per_mtok"] is None and lite["output_price_micros_per_mtok"] is None

@@ -15,17 +15,17 @@ from tests.support.fake_llm import Received, Reply, tool
 
 pytestmark = pytest.mark.integration
 
-# (provider, model, input $/M, output $/M) as in switchboard/catalog/models.yaml.
+# (provider, model, input, output, cache read: micro-USD per million) as in switchboard/catalog/models.yaml.
 PROVIDERS = [
-    ("anthropic", "claude-haiku-4-5", 1_000_000, 5_000_000),
-    ("openai", "gpt-5-mini", 250_000, 2_000_000),
-    ("google", "gemini-2.5-flash", 300_000, 2_500_000),
+    ("anthropic", "claude-haiku-4-5", 1_000_000, 5_000_000, 100_000),
+    ("openai", "gpt-5-mini", 250_000, 2_000_000, 25_000),
+    ("google", "gemini-2.5-flash", 300_000, 2_500_000, 75_000),
 ]
 
 
-@pytest.mark.parametrize(("provider", "model", "price_in", "price_out"), PROVIDERS)
+@pytest.mark.parametrize(("provider", "model", "price_in", "price_out", "price_cached"), PROVIDERS)
 async def test_tool_call_result_final_answer_with_usage_and_cost_summed(
-    rh: RunnerHarness, provider: str, model: str, price_in: int, price_out: int
+    rh: RunnerHarness, provider: str, model: str, price_in: int, price_out: int, price_cached: int
 ) -> None:
     agent = create_agent(rh.db, provider=provider, model=model, tool_ids=[SEARCH_CONTACTS], contact_name="Ana Souza")
     rh.fake.script(
@@ -44,7 +44,8 @@ async def test_tool_call_result_final_answer_with_usage_and_cost_summed(
     # Usage over *all* steps, cache reads included in the input.
     assert row.tokens_in == 1200 + 300 + 1500
     assert row.tokens_out == 40 + 25
-    expected_cost = ((1200 + 300 + 1500) * price_in + (40 + 25) * price_out) // 1_000_000
+    # Cache reads at the model's cache price (they were priced as fresh input: 2026-12-05).
+    expected_cost = ((1200 + 1500) * price_in + 300 * price_cached + (40 + 25) * price_out) // 1_000_000
     assert row.cost_micros == expected_cost
     assert row.would_send_to == {"channel_session_id": str(agent.channel_session_id), "chat_id": agent.chat_id}
 
@@ -75,6 +76,22 @@ async def test_tool_call_result_final_answer_with_usage_and_cost_summed(
     assert kinds[-1] == "done"
     assert {"tool_call", "tool_result", "usage", "text"} <= set(kinds)
     assert [e.seq for e in events] == sorted(e.seq for e in events)
+
+
+async def test_an_anthropic_cache_write_costs_more_than_input_and_a_read_a_tenth(rh: RunnerHarness) -> None:
+    """Anthropic bills a five-minute cache write at 1.25 times the input price and a read at a
+    tenth: the first step writes the cached prefix, the next reads it."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-sonnet-4-6", tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script(
+        [
+            tool(SEARCH_CONTACTS, {"query": "Ana"}, input_tokens=200, output_tokens=20, cache_write_tokens=8_000),
+            Reply(text="Pronto.", input_tokens=300, output_tokens=10, cache_read_tokens=8_000),
+        ]
+    )
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert row.status == "completed", (row.error_code, row.summary)
+    # $3 input, $15 output, $3.75 cache write, $0.30 cache read per million tokens.
+    assert row.cost_micros == (500 * 3_000_000 + 30 * 15_000_000 + 8_000 * 3_750_000 + 8_000 * 300_000) // 1_000_000
 
 
 async def test_anthropic_system_prompt_is_marked_for_prompt_caching(rh: RunnerHarness) -> None:
