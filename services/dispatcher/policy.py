@@ -361,10 +361,13 @@ def _while_busy(
     # The active run's policy is about messages for the active agent. A re-dispatch from the
     # active run itself (its classification filter did not match) and a wake aimed at another
     # agent (the daily analysis fan-out, another agent's follow-up) wait for it to end instead.
+    # A wake (no customer message: a goal's next segment, a follow-up, a hand-back) is work the
+    # platform scheduled, not a customer writing over a run: it waits too, whatever the policy —
+    # rejected, a goal ended after its first segment and a due follow-up was lost (2026-12-05).
     for_another_agent = dispatch.target_agent_id is not None and dispatch.target_agent_id != active.agent_id
     policy = (
         ConcurrencyPolicy.ENQUEUE
-        if for_another_agent or active.agent_id in dispatch.excluded_agent_ids
+        if for_another_agent or active.agent_id in dispatch.excluded_agent_ids or dispatch.message is None
         else active.policy
     )
     details = {"policy": policy.value, "chosen_agent_id": str(choice.agent_id)}
@@ -521,8 +524,9 @@ def _try_start(state: ConversationState, ctx: Context, t: Transition, *, choice:
         _defer(state, ctx, t, choice, retry_at, "organization rate limit reached for this window", "org")
         return
     # One run answers what its agent may answer: a wake aimed at another agent waits for its own run.
-    answered = [item for item in state.pending if _answerable_by(item.dispatch, choice.agent_id, ctx)]
-    later = [item for item in state.pending if not _answerable_by(item.dispatch, choice.agent_id, ctx)]
+    answered = _one_runs_worth([item for item in state.pending if _answerable_by(item.dispatch, choice.agent_id, ctx)])
+    taken = {id(item) for item in answered}
+    later = [item for item in state.pending if id(item) not in taken]
     dispatches = [item.dispatch for item in answered]
     first = dispatches[0]
     parent = state.continues_run_id
@@ -562,6 +566,21 @@ def _try_start(state: ConversationState, ctx: Context, t: Transition, *, choice:
                 reason=None if coalesced == 1 else f"one run answers {coalesced} waiting messages",
             )
         )
+
+
+# Wakes that carry their own work: the run must see them as what they are (its wake reason and
+# context), so they are never folded into a run of customer messages, nor one into another.
+_RUNS_ALONE = frozenset({WakeReason.PIPELINE_STEP, WakeReason.FOLLOW_UP, WakeReason.CHILD_COMPLETED})
+
+
+def _one_runs_worth(answerable: list[PendingDispatch]) -> list[PendingDispatch]:
+    """What one run takes of the answerable pending items, oldest first: a goal's next segment, a
+    follow-up or a sub-agent's result alone; otherwise every item but those (customer messages
+    coalesce, and a hand-back's wake with them). Merged, a goal's segment ran as a plain reply with
+    the customer's message first — the goal never ended — and a follow-up lost its reason."""
+    if answerable[0].dispatch.wake_reason in _RUNS_ALONE:
+        return answerable[:1]
+    return [item for item in answerable if item.dispatch.wake_reason not in _RUNS_ALONE]
 
 
 def _answerable_by(dispatch: DispatchRequested, agent_id: uuid.UUID, ctx: Context) -> bool:

@@ -710,3 +710,43 @@ def test_a_named_older_version_of_a_published_agent_finishes_its_work() -> None:
     conv = Conv(index_of(agent))
     (run,) = runs(conv.send(dispatch(wake=WakeReason.FOLLOW_UP, target=agent.agent_id, target_version=older)))
     assert run.version_id == older
+
+
+# --------------------------------------------------------------------------- scheduled work while busy
+
+
+@pytest.mark.parametrize("wake", [WakeReason.PIPELINE_STEP, WakeReason.FOLLOW_UP])
+def test_a_scheduled_wake_for_a_busy_conversation_waits_even_under_reject(wake: WakeReason) -> None:
+    """``reject`` turns away a customer writing over a run. A goal's next segment (queued by the
+    segment itself, so it nearly always arrives while that run is still active) or a due follow-up
+    is the platform's own work: it waits for the run to end. Rejected, every /goal ended after its
+    first segment and a follow-up marked fired never went out."""
+    conv, run = start_busy(ConcurrencyPolicy.REJECT)
+    agent = run.agent_id
+    scheduled = dispatch(wake=wake, target=agent, target_version=run.version_id)
+    assert outcomes(conv.send(scheduled, at=T0 + timedelta(seconds=1))) == [DispatchOutcome.QUEUED]
+    turned_away = conv.send(dispatch("ainda aí?"), at=T0 + timedelta(seconds=2))
+    assert outcomes(turned_away) == [DispatchOutcome.CONV_BUSY], "a customer's message still follows the policy"
+    (next_run,) = runs(conv.send(completed(run.run_id, agent, run.version_id), at=T0 + timedelta(seconds=5)))
+    assert next_run.wake_reason is wake and next_run.dispatch_ids == (scheduled.event_id,)
+
+
+@pytest.mark.parametrize("wake_first", [False, True], ids=["message_first", "wake_first"])
+def test_a_goals_next_segment_is_never_folded_into_a_run_of_customer_messages(wake_first: bool) -> None:
+    """The customer wrote while a goal's segment ran, and the segment queued the next one: two runs,
+    in arrival order — the message answered as a reply, the segment run as a segment (wake reason
+    ``pipelineStep``). Merged, the run took the message's reason, the goal's segment never ran and
+    the goal stayed active for good."""
+    conv, run = start_busy(ConcurrencyPolicy.ENQUEUE)
+    segment = dispatch(wake=WakeReason.PIPELINE_STEP, target=run.agent_id, target_version=run.version_id)
+    message = dispatch("e o preço?")
+    for n, queued in enumerate((segment, message) if wake_first else (message, segment)):
+        assert outcomes(conv.send(queued, at=T0 + timedelta(seconds=1 + n))) == [DispatchOutcome.QUEUED]
+    (first,) = runs(conv.send(completed(run.run_id, run.agent_id, run.version_id), at=T0 + timedelta(seconds=5)))
+    (second,) = runs(conv.send(completed(first.run_id, first.agent_id, first.version_id), at=T0 + timedelta(seconds=9)))
+    by_reason = {r.wake_reason: r.dispatch_ids for r in (first, second)}
+    assert by_reason == {
+        WakeReason.PIPELINE_STEP: (segment.event_id,),
+        WakeReason.USER_MESSAGE: (message.event_id,),
+    }
+    assert first.wake_reason is (WakeReason.PIPELINE_STEP if wake_first else WakeReason.USER_MESSAGE)
