@@ -140,6 +140,7 @@ class SlashStore:
                 .limit(1)
             )
             if existing is not None:
+                await _charge_lost_attempt(session, existing, request)
                 return _state(existing)
             await session.execute(
                 update(ConversationGoal)
@@ -184,17 +185,24 @@ class SlashStore:
             return len(stopped.all())
 
     async def active_goal(self, subject: RunSubject, goal_id: uuid.UUID) -> GoalState | None:
+        """The goal a segment works on, while active; a recovered segment's lost attempt's spend is
+        charged to it first (``_charge_lost_attempt``)."""
         request = subject.request
         async with self._sessions() as session, async_tenant_transaction(session, request.org_id):
             row = await session.scalar(
-                select(ConversationGoal).where(
+                select(ConversationGoal)
+                .where(
                     ConversationGoal.org_id == request.org_id,
                     ConversationGoal.id == goal_id,
                     ConversationGoal.conversation_id == request.conversation_id,
                     ConversationGoal.status == GoalStatus.ACTIVE.value,
                 )
+                .with_for_update()
             )
-            return _state(row) if row is not None else None
+            if row is None:
+                return None
+            await _charge_lost_attempt(session, row, request)
+            return _state(row)
 
     async def goal_ended(self, subject: RunSubject, goal_id: uuid.UUID) -> bool:
         """Whether ``goal_id`` is a goal of this conversation that is no longer active (a
@@ -247,6 +255,25 @@ class SlashStore:
                 )
                 await session.run_sync(lambda s: enqueue_record(s, Topics.DISPATCH_REQUESTED, wake, serde=self._serde))
             return True
+
+
+async def _charge_lost_attempt(session: AsyncSession, row: ConversationGoal, request: RunRequested) -> None:
+    """A recovery attempt (its parent's runner died, or handed it back at a rollout) first charges
+    what the lost attempt spent to the goal: that attempt never reached ``end_segment``, and the
+    recovery got a fresh segment budget — a goal of $1 could spend $1.90, again at every handback.
+    Once per lost attempt (``last_run_id`` names it then; a redelivered recovery finds it there);
+    each recovery charges its own parent, so a chain of recoveries charges every attempt once."""
+    parent = request.parent_run_id
+    if request.wake_reason is not WakeReason.RECOVERY or parent is None or row.last_run_id == parent:
+        return
+    spent = await session.scalar(
+        select(AiAgentRun.cost_micros).where(AiAgentRun.org_id == request.org_id, AiAgentRun.id == parent)
+    )
+    if not spent:
+        return
+    row.spent_micros += int(spent)
+    row.last_run_id = parent
+    await session.flush()
 
 
 async def _ancestors(session: AsyncSession, request: RunRequested) -> list[uuid.UUID]:

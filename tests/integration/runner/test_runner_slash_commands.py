@@ -271,8 +271,9 @@ async def test_goal_runs_in_segments_and_never_exceeds_its_budget(rh: RunnerHarn
     assert last.abort_reason == "cost_budget_exceeded"
 
 
-def _record_lost(rh: RunnerHarness, agent: Agent, lost: RunRequested) -> None:
-    """``lost``'s row as its dead runner left it: claimed, never finished (the recovery closes it)."""
+def _record_lost(rh: RunnerHarness, agent: Agent, lost: RunRequested, *, spent_micros: int = 0) -> None:
+    """``lost``'s row as its dead runner left it: claimed, never finished (the recovery closes it),
+    having spent ``spent_micros`` (its last trace flush)."""
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
         session.add(
             AiAgentRun(
@@ -286,6 +287,7 @@ def _record_lost(rh: RunnerHarness, agent: Agent, lost: RunRequested) -> None:
                 wake_context=lost.wake_context.model_dump(mode="json", exclude_none=True),
                 attempt=lost.attempt,
                 heartbeat_at=datetime.now(UTC) - timedelta(minutes=5),
+                cost_micros=spent_micros,
             )
         )
 
@@ -350,6 +352,33 @@ async def test_a_recovered_segment_is_the_goals_segment_and_a_recovered_goal_sta
     await rh.run(_recovery_of(lost_start))
     goals = rh.scalar(other.org_id, "SELECT json_agg(json_build_array(id, status)) FROM conversation_goals")
     assert goals == [[str(started.id), "active"]], "the recovery kept the goal its lost attempt started"
+
+
+async def test_a_recovered_segment_charges_what_its_lost_attempt_spent_to_the_goal(rh: RunnerHarness) -> None:
+    """A segment spent 90 cents of a $1 goal, then its runner died (or handed it back at a rollout):
+    the recovery charges those 90 cents to the goal before it works, so it gets what is left of
+    the budget — not a fresh dollar, again at every handback — and a second delivery of the same
+    recovery charges nothing more."""
+    agent = create_agent(rh.db, tool_ids=[SEARCH_CONTACTS])
+    rh.fake.script([Reply(text="Progress: started.")])
+    await rh.run(run_request(agent, [command(rh.db, agent, "/goal answer every lead --budget 1")]))
+    first = _goal(rh, agent)
+    (wake,) = _outbox(rh, agent, Topics.DISPATCH_REQUESTED)
+
+    lost_segment = _next_segment(wake)
+    _record_lost(rh, agent, lost_segment, spent_micros=900_000)
+    rh.fake.script([Reply(text="Progress: one more lead.")])
+    recovery = _recovery_of(lost_segment)
+    recovered = await rh.run(recovery)
+    goal = _goal(rh, agent)
+    assert goal.spent_micros == first.spent_micros + 900_000 + recovered.cost_micros
+    left = 1_000_000 - first.spent_micros - 900_000
+    assert f"${left / 1_000_000:.2f}" in _layers(recovered)["Directive"], "the segment works with what is left"
+    assert goal.segments == 2, "the lost attempt is no segment of its own: its recovery is"
+
+    again = await rh.run(recovery)  # the same recovery delivered again: a duplicate, nothing charged twice
+    assert again.id == recovered.id
+    assert _goal(rh, agent).spent_micros == goal.spent_micros
 
 
 async def test_goal_complete_ends_the_goal_and_a_new_message_is_a_normal_turn(rh: RunnerHarness) -> None:
