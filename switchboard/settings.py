@@ -7,7 +7,6 @@ locally from ``var/stack.env`` written by ``make up``.
 
 from __future__ import annotations
 
-import os
 import ssl
 from collections.abc import Mapping
 from enum import StrEnum
@@ -256,8 +255,8 @@ def require_real_secret(name: str, value: SecretStr | None, runtime: RuntimeSett
 
 
 def _libpq_authenticates_otherwise(query: Mapping[str, Any]) -> bool:
-    """Whether libpq has a way in without a password in the URL (docs/deploy.md "Database")."""
-    return "sslcert" in query or bool(os.environ.get("PGPASSWORD")) or bool(os.environ.get("PGPASSFILE"))
+    """Whether the URL gives libpq a way in without a password in it (docs/deploy.md, Secrets)."""
+    return "sslcert" in query or "passfile" in query
 
 
 class ServiceSettings(SharedSettings):
@@ -272,9 +271,10 @@ class ServiceSettings(SharedSettings):
     @model_validator(mode="after")
     def _no_placeholder_database_password(self) -> Self:
         """In production a password in ``DATABASE_URL`` must be a real one. A URL without one is
-        accepted only when libpq has another way in — a client certificate (``sslcert=`` in the
-        URL) or a password it reads itself (``PGPASSWORD``, ``PGPASSFILE``) — and refused
-        otherwise: most often it is the local default deployed by mistake."""
+        accepted only when it gives libpq another way in — a client certificate (``sslcert=``) or
+        a password file (``passfile=``) — and refused otherwise: most often it is the local
+        default deployed by mistake. (Named in the URL, not read from libpq's environment: every
+        variable the code reads is one the manifests must set, scripts/deploy/generate.py.)"""
         if self.runtime.is_production:
             from sqlalchemy.engine import make_url
 
@@ -283,8 +283,8 @@ class ServiceSettings(SharedSettings):
                 return self
             if url.password is None:
                 raise ValueError(
-                    "DATABASE_URL has no password: set one, or a client certificate (sslcert= in the URL),"
-                    " or PGPASSWORD / PGPASSFILE, when SWITCHBOARD_ENV=production"
+                    "DATABASE_URL has no password: set one, or name a client certificate (sslcert=) or a"
+                    " password file (passfile=) in it, when SWITCHBOARD_ENV=production"
                 )
             require_real_secret("DATABASE_URL password", SecretStr(url.password), self.runtime)
         return self

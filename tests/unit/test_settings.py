@@ -42,19 +42,16 @@ def test_production_accepts_a_real_password(monkeypatch: pytest.MonkeyPatch) -> 
             {},
             True,
         ),
-        ("postgresql+psycopg://app@db/switchboard", {"PGPASSFILE": "/secrets/pgpass"}, True),
-        ("postgresql+psycopg://app@db/switchboard", {"PGPASSWORD": "9f8a7b6c5d4e3f2a"}, True),
+        ("postgresql+psycopg://app@db/switchboard?passfile=/secrets/pgpass", {}, True),
     ],
 )
 def test_production_takes_a_url_without_password_only_when_libpq_has_another_way_in(
     monkeypatch: pytest.MonkeyPatch, url: str, env: dict[str, str], accepted: bool
 ) -> None:
-    """Client certificates and libpq's own password file or variable are real ways in; a URL
-    without any of them is most likely the local default."""
+    """A client certificate or a password file named in the URL is a real way in; a URL without
+    either is most likely the local default."""
     monkeypatch.setenv("SWITCHBOARD_ENV", "production")
     monkeypatch.setenv("DATABASE_URL", url)
-    for name in ("PGPASSWORD", "PGPASSFILE"):
-        monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     if accepted:
