@@ -524,6 +524,31 @@ class RunExecutor:
 
     # ------------------------------------------------------------------ endings
 
+    async def _keep_usage(self, request: RunRequested, finish: Finish) -> None:
+        """The terminal transaction failed for good (the database away longer than its retries): the
+        run stays ``running`` and the dispatcher's recovery closes it as lost, counting what its row
+        says it spent. A final flush writes no usage (the finish does), so without this a one-step
+        run was counted as spending nothing — while the recovery ran the turn and paid again. The
+        row's usage and its last entries are written, patiently, while the row is still active."""
+        outcome = finish.outcome
+        try:
+            await _with_db_retries(
+                lambda: self._deps.store.append_trace(
+                    request,
+                    finish.trace_tail,
+                    steps=outcome.steps,
+                    usage=outcome.usage,
+                    cost=outcome.cost_micros,
+                    prompt=finish.prompt,
+                ),
+                attempts=USAGE_KEEP_ATTEMPTS,
+            )
+        except Exception as exc:
+            log.error(
+                "run usage not kept: its finish and the fallback both failed",
+                extra={"run_id": str(request.run_id), "error": type(exc).__name__},
+            )
+
     async def _finish(
         self,
         subject: RunSubject,
@@ -589,7 +614,11 @@ class RunExecutor:
             prompt=prompt,
             steered_message_ids=steering.applied_message_ids,
         )
-        announced = await _with_db_retries(lambda: self._deps.store.finish(subject, finish))
+        try:
+            announced = await _with_db_retries(lambda: self._deps.store.finish(subject, finish))
+        except Exception:
+            await self._keep_usage(request, finish)
+            raise
         if not announced:
             log.warning("run superseded by a newer attempt; its outcome is not announced", extra=labels)
         elif autonomy is not None and await _with_db_retries(autonomy.park_if_paused):
@@ -673,6 +702,11 @@ class RunExecutor:
 
 
 _AUTH_CODE = ProviderError(ProviderErrorKind.AUTH, provider="any").code
+
+
+# A run whose terminal transaction failed for good keeps what it spent on its row for this long
+# (the recovery that closes it as lost counts the row): a failover's length, well inside a lease.
+USAGE_KEEP_ATTEMPTS = 9  # 0.2 s doubling: about 100 s in all
 
 
 async def _with_db_retries(action: Callable[[], Awaitable[T]], *, attempts: int = 4) -> T:

@@ -612,3 +612,28 @@ async def test_the_sweep_closes_runs_whose_runner_died_and_counts_their_usage(rh
     }
     usage = rh.usage(agent.org_id)
     assert usage is not None and (usage.input_tokens, usage.output_tokens, usage.cost_micros) == (500, 50, 900)
+
+
+async def test_a_run_whose_finish_fails_for_good_keeps_what_it_spent_on_its_row(
+    rh: RunnerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database went away for longer than the terminal transaction's retries (a failover): the
+    run stays ``running`` until the dispatcher's recovery closes it as lost, counting what the row
+    says it spent. A one-step run's usage and trace lived only in that finish, so the provider's
+    bill was counted as nothing — while the recovery ran the turn and paid again."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    rh.fake.script([Reply(text="Olá!", input_tokens=300, output_tokens=30)])
+
+    async def finish_never_lands(self: RunStore, subject: Any, finish: Any) -> bool:
+        raise OperationalError("COMMIT", None, ConnectionError("server closed the connection unexpectedly"))
+
+    monkeypatch.setattr(RunStore, "finish", finish_never_lands)
+    request = run_request(agent, [inbound(rh.db, agent, "Oi")])
+    await rh.submit(request)
+    deadline = time.monotonic() + 20
+    while (row := rh.run_row(request)) is None or not row.cost_micros:
+        assert time.monotonic() < deadline, "the run's spend never reached its row"
+        await asyncio.sleep(0.1)
+    assert row.status == "running", "still the recovery's to close"
+    assert (row.tokens_in, row.tokens_out, row.steps_count) == (300, 30, 1)
+    assert [e.get("kind") for e in row.tool_calls] == ["model"], "and the billed step is in its trace"
