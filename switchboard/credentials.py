@@ -76,6 +76,9 @@ class OpenedCredential:
     provider: str
     base_url: str | None
     api_key: str = field(repr=False)
+    # Which sealing of the key was opened (a fresh IV per seal): an outcome about this key must not
+    # be recorded on a key a PATCH put in its place since.
+    sealed_iv: bytes | None = None
 
 
 def credential_aad(org_id: uuid.UUID, credential_id: uuid.UUID) -> bytes:
@@ -137,7 +140,11 @@ def load_credential(
     """
     row = _row(session, org_id, credential_id)
     return OpenedCredential(
-        credential_id=row.id, provider=row.provider, base_url=row.base_url, api_key=open_row(keyring, row)
+        credential_id=row.id,
+        provider=row.provider,
+        base_url=row.base_url,
+        api_key=open_row(keyring, row),
+        sealed_iv=None if row.iv is None else bytes(row.iv),
     )
 
 

@@ -100,4 +100,5 @@ class CredentialResolver:
             base_url=opened.base_url or self._providers.base_url(opened.provider),
             credential_id=opened.credential_id,
             api_key=opened.api_key,
+            credential_iv=opened.sealed_iv,
         )

@@ -610,6 +610,7 @@ class RunExecutor:
             ),
             actions_proposed=tuple(autonomy.proposed) if autonomy is not None else (),
             invalid_credential_id=invalid,
+            invalid_credential_iv=access.credential_iv if invalid is not None and access is not None else None,
             trace_tail=tail,
             prompt=prompt,
             steered_message_ids=steering.applied_message_ids,

@@ -181,6 +181,8 @@ class Finish:
     actions_executed: tuple[Action, ...] = ()
     actions_proposed: tuple[Action, ...] = ()
     invalid_credential_id: uuid.UUID | None = None
+    # The IV of the sealing the run used: a key replaced since (a PATCH) is not the one rejected.
+    invalid_credential_iv: bytes | None = None
     # The trace entries no append wrote (the last step's), and the prompt if none wrote it either.
     trace_tail: Sequence[dict[str, Any]] = ()
     prompt: dict[str, Any] | None = None
@@ -622,6 +624,9 @@ class RunStore:
                     .where(
                         AiProviderCredential.org_id == request.org_id,
                         AiProviderCredential.id == finish.invalid_credential_id,
+                        # A run that loaded the old key gets its 401 after the admin put a new one
+                        # in: the new key (validated meanwhile) is not the one rejected.
+                        AiProviderCredential.iv == finish.invalid_credential_iv,
                     )
                     .values(
                         validation_status=CredentialValidation.INVALID.value,

@@ -190,6 +190,8 @@ class ProviderAccess:
     base_url: str | None
     credential_id: UUID | None = None
     api_key: str = field(default="", repr=False)
+    # The opened sealing's IV (``OpenedCredential.sealed_iv``): a rejection is recorded on that key only.
+    credential_iv: bytes | None = None
 
 
 class ProviderErrorKind(StrEnum):

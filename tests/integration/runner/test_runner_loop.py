@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 
 import pytest
 from sqlalchemy import update
@@ -12,6 +13,9 @@ from sqlalchemy.orm import Session
 
 from switchboard.contracts import HandoffTriggered, RunCompleted, Topics
 from switchboard.contracts.enums import HandoffTrigger, SteeringKind
+from switchboard.credentials import seal_api_key
+from switchboard.crypto import KeyRing
+from switchboard.db.models import AiProviderCredential
 from switchboard.db.models.agents import AiAgentVersion
 from switchboard.db.session import tenant_transaction
 from switchboard.run_outcomes import left_unanswered
@@ -305,6 +309,33 @@ async def test_invalid_key_fails_with_a_clear_code_and_marks_the_credential_inva
         agent.org_id, "SELECT validation_status FROM ai_provider_credentials WHERE id = :id", id=agent.credential_id
     )
     assert status == "invalid"
+
+
+async def test_a_401_for_a_key_replaced_while_the_run_waited_leaves_the_new_key_alone(rh: RunnerHarness) -> None:
+    """The old key was revoked; the admin put a new one in (validated) while a run that had opened
+    the old one waited for its answer. That run's 401 is about the old key: the new key stays
+    ``valid`` (it was marked "invalid or revoked" and the Home told the owner to replace it again)."""
+    agent = create_agent(rh.db, provider="openai", model="gpt-5-mini")
+    rh.fake.script([Reply(status=401, delay_s=1.5)])
+    request = run_request(agent, [inbound(rh.db, agent, "Oi")])
+    await rh.submit(request)
+    deadline = time.monotonic() + 10
+    while len(rh.fake.calls_to("openai")) == 0 or rh.run_row(request) is None:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    new = seal_api_key(
+        KeyRing.from_settings(), org_id=agent.org_id, credential_id=agent.credential_id, api_key="sk-new"
+    )
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        row = session.get_one(AiProviderCredential, agent.credential_id)
+        row.ciphertext, row.iv, row.tag, row.key_id = new.ciphertext, new.iv, new.tag, new.key_id
+        row.validation_status = "valid"
+    failed = await rh.wait_run(request)
+    assert failed.error_code == "provider_auth_invalid"
+    status = rh.scalar(
+        agent.org_id, "SELECT validation_status FROM ai_provider_credentials WHERE id = :id", id=agent.credential_id
+    )
+    assert status == "valid"
 
 
 async def test_org_default_credential_is_used_when_the_version_has_none(rh: RunnerHarness) -> None:
