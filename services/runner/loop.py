@@ -115,12 +115,21 @@ class RetryPolicy:
     max_attempts: int = 4
     initial_backoff_s: float = 0.5
     max_backoff_s: float = 8.0
+    # The longest ``retry-after`` waited for; a provider asking for more fails the step now: the
+    # customer is not kept waiting minutes (cut to the backoff cap, the retry came too early and
+    # failed again, the wait wasted).
+    max_retry_after_s: float = 30.0
 
     def delay(self, attempt: int, retry_after_s: float | None) -> float:
+        """The wait before attempt ``attempt + 1``: the backoff, or the provider's ``retry-after``
+        when longer (honoured in full: a retry sooner only fails again)."""
         base = min(self.max_backoff_s, self.initial_backoff_s * 2 ** (attempt - 1))
-        if retry_after_s is not None:
-            base = max(base, min(retry_after_s, self.max_backoff_s))
-        return base * (0.8 + 0.4 * random.random())
+        jittered = base * (0.8 + 0.4 * random.random())
+        return max(jittered, retry_after_s) if retry_after_s is not None else jittered
+
+    def too_long(self, retry_after_s: float | None) -> bool:
+        """Whether the provider asks for a longer wait than a step may take."""
+        return retry_after_s is not None and retry_after_s > self.max_retry_after_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,7 +475,7 @@ class AgentLoop:
                 error = ProviderError(ProviderErrorKind.TIMEOUT, provider=self._provider.name)
             except ProviderError as exc:
                 error = exc
-            if not error.retryable or attempt >= policy.max_attempts:
+            if not error.retryable or attempt >= policy.max_attempts or policy.too_long(error.retry_after_s):
                 self._pending.append(
                     {
                         "step": self._steps + 1,
@@ -593,6 +602,8 @@ class AgentLoop:
     def _provider_failure(self, exc: ProviderError) -> LoopOutcome:
         if exc.kind is ProviderErrorKind.AUTH:
             family, message = ErrorFamily.UNKNOWN, f"the {exc.provider} key was rejected (invalid or revoked)"
+        elif exc.kind is ProviderErrorKind.QUOTA:
+            family, message = ErrorFamily.UNKNOWN, f"the {exc.provider} account's credit or quota is used up (billing)"
         elif exc.retryable:
             family, message = ErrorFamily.TRANSIENT_UPSTREAM, f"{exc} after retries"
         else:

@@ -48,6 +48,7 @@ class Reply:
     status: int = 200
     error_body: dict[str, Any] | None = None
     delay_s: float = 0.0
+    retry_after_s: int | None = None  # an error's ``retry-after`` header
     raw_arguments: str | None = None  # OpenAI only: send these exact (maybe malformed) arguments
     truncated: bool = False  # the answer stopped at the request's output cap (max tokens / length)
     # The provider's own stop / finish reason, as sent (a refusal, a content filter), instead of the usual.
@@ -204,7 +205,10 @@ class FakeLLM:
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
         if reply.status != 200:
-            return JSONResponse(reply.error_body or _ERRORS[provider](reply.status), status_code=reply.status)
+            headers = {"retry-after": str(reply.retry_after_s)} if reply.retry_after_s is not None else None
+            return JSONResponse(
+                reply.error_body or _ERRORS[provider](reply.status), status_code=reply.status, headers=headers
+            )
         render = {"anthropic": _anthropic, "openai": _openai, "google": _google}[provider]
         return JSONResponse(render(reply, model))
 

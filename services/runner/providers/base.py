@@ -197,6 +197,10 @@ class ProviderAccess:
 class ProviderErrorKind(StrEnum):
     AUTH = "auth"
     RATE_LIMITED = "rate_limited"
+    # The account's credit or quota is used up (OpenAI ``insufficient_quota``, sent as a 429): not
+    # a moment's rate limit — retried, it failed as "upstream transient" and the owner never learnt
+    # that billing needs them.
+    QUOTA = "quota"
     SERVER = "server"
     TIMEOUT = "timeout"
     CONNECTION = "connection"
@@ -210,6 +214,7 @@ _RETRYABLE = frozenset(
 _CODES = {
     ProviderErrorKind.AUTH: "provider_auth_invalid",
     ProviderErrorKind.RATE_LIMITED: "provider_rate_limited",
+    ProviderErrorKind.QUOTA: "provider_quota_exceeded",
     ProviderErrorKind.SERVER: "provider_server_error",
     ProviderErrorKind.TIMEOUT: "provider_timeout",
     ProviderErrorKind.CONNECTION: "provider_unreachable",
@@ -277,8 +282,14 @@ def map_sdk_error(exc: Exception, provider: str, sdk: ModuleType) -> ProviderErr
         return ProviderError(ProviderErrorKind.CONNECTION, provider=provider)
     if isinstance(exc, sdk.APIStatusError):
         status = int(exc.status_code)
+        kind = kind_for_status(status)
+        if kind is ProviderErrorKind.RATE_LIMITED and "insufficient_quota" in (
+            getattr(exc, "code", None),
+            getattr(exc, "type", None),
+        ):
+            kind = ProviderErrorKind.QUOTA
         return ProviderError(
-            kind_for_status(status),
+            kind,
             provider=provider,
             status=status,
             retry_after_s=retry_after_seconds(exc.response.headers),

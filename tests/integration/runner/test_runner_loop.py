@@ -291,6 +291,37 @@ async def test_rate_limits_and_5xx_are_retried_with_backoff(rh: RunnerHarness) -
     assert model_steps[0]["attempts"] == 3
 
 
+async def test_an_openai_account_out_of_quota_fails_at_once_with_its_own_code(rh: RunnerHarness) -> None:
+    """OpenAI says "out of credit" with a 429 (``insufficient_quota``): no retry makes credit appear.
+    Retried as a rate limit, it failed as a passing upstream problem and the owner never learnt
+    billing needs them."""
+    agent = create_agent(rh.db, provider="openai", model="gpt-5-mini")
+    quota = {
+        "error": {
+            "message": "You exceeded your current quota",
+            "type": "insufficient_quota",
+            "code": "insufficient_quota",
+        }
+    }
+    rh.fake.script(lambda _: Reply(status=429, error_body=quota))
+    calls_before = len(rh.fake.calls_to("openai"))
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert (row.status, row.error_code) == ("failed", "provider_quota_exceeded")
+    assert row.error_family == "unknown" and "quota" in (row.error_message or "")
+    assert len(rh.fake.calls_to("openai")) - calls_before == 1, "not retried"
+
+
+async def test_a_retry_after_longer_than_a_step_may_wait_fails_the_step_now(rh: RunnerHarness) -> None:
+    """A provider asking to come back in two minutes: the step fails now (a customer is not kept
+    waiting minutes), instead of retrying at the 8 s backoff cap — too early — three more times."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    rh.fake.script(lambda _: Reply(status=429, retry_after_s=120))
+    calls_before = len(rh.fake.calls_to("anthropic"))
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert (row.status, row.error_code) == ("failed", "provider_rate_limited")
+    assert len(rh.fake.calls_to("anthropic")) - calls_before == 1
+
+
 async def test_transient_errors_after_all_attempts_fail_as_transient_upstream(rh: RunnerHarness) -> None:
     agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
     rh.fake.script(lambda _: Reply(status=529))
