@@ -21,6 +21,7 @@ import contextlib
 from dataclasses import dataclass
 
 from services.runner.autonomy_store import AutonomyPreload, AutonomyStore
+from services.runner.clock import ClockPreload, with_clock
 from services.runner.compact import Compactor
 from services.runner.context import default_builders
 from services.runner.credentials import CredentialResolver
@@ -110,7 +111,7 @@ class Runner:
             serde,
             runner_id=settings.runner_id,
             # Per-run context read in the claim transaction (services/runner/preload.py).
-            preloads=(ModePreload(), StateNotePreload(), FactsPreload(), AutonomyPreload()),
+            preloads=(ModePreload(), StateNotePreload(), FactsPreload(), AutonomyPreload(), ClockPreload()),
         )
         publisher = RunEventPublisher(producer, maxsize=settings.event_queue_size)
         summarizer = self.summarizer = ThreadSummarizer(
@@ -141,7 +142,7 @@ class Runner:
             autonomy=AutonomyStore(create_async_sessionmaker(engine), serde),  # issue 6, docs/autonomy.md
             # Issue 6, docs/memory.md: long-term facts in the prompt; summary and follow-up link after a run.
             builders=lambda _store: with_followup_context(
-                with_state(with_memory(default_builders(), facts), state), memory_sessions
+                with_clock(with_state(with_memory(default_builders(), facts), state)), memory_sessions
             ),
             state=state,  # issue 6, docs/memory.md "State": conclusions kept, tool chatter left in the trace
             after_run=(summarizer.after_run, linker.after_run),

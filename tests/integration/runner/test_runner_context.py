@@ -99,7 +99,7 @@ async def test_long_history_window_holds_and_the_history_tool_returns_older_mess
     assert [e["tool_name"] for e in row.tool_calls if e["kind"] == "tool"] == [CONVERSATION_HISTORY] * 4
 
     # Layers in their fixed order, stored with the run; a tool not granted is named nowhere.
-    assert list(layers) == ["Identity", "Tools", "System prompt", "Run contract", "Wake context", "Conversation"]
+    assert list(layers) == ["Identity", "Tools", "System prompt", "Run contract", "Wake context", "Conversation", "Now"]
     assert row.prompt["tools"] == [CONVERSATION_HISTORY]
     for body in bodies:
         assert SEND_WHATSAPP_MESSAGE not in body
@@ -126,3 +126,27 @@ async def test_an_attachment_reaches_the_model_as_a_note_of_what_was_sent(rh: Ru
     assert "[sent an audio message; its content is not available to you]" in sent  # the history
     assert "[shared a location: Av. Paulista 1000 (-23.56, -46.65)]" in sent
     assert "No new customer message" not in sent
+
+
+async def test_the_agent_is_told_the_time_in_the_businesss_time_zone(rh: RunnerHarness) -> None:
+    """ "Remind me tomorrow at 9": the model must know today's date and the hour where the business
+    is — it guessed both (follow-ups were scheduled hours off, times told to customers were UTC)."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-haiku-4-5")
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        session.execute(
+            text("UPDATE organizations SET time_zone = 'America/Sao_Paulo' WHERE id = :org"), {"org": agent.org_id}
+        )
+    rh.fake.script([Reply(text="Combinado!")])
+    before = datetime.now(UTC)
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Me lembra amanhã às 9?")]))
+    assert row.prompt is not None
+    labels = [layer["label"] for layer in row.prompt["layers"]]
+    now = {layer["label"]: layer["text"] for layer in row.prompt["layers"]}["Now"]
+    assert labels[-1] == "Now", "the last layer: after the ones a prompt cache keeps"
+    assert "(America/Sao_Paulo, UTC-03:00)" in now
+    local = re.match(r"\w+, (\d{4}-\d{2}-\d{2} \d{2}:\d{2}) ", now)
+    assert local is not None, now
+    told = datetime.strptime(local.group(1), "%Y-%m-%d %H:%M").replace(tzinfo=UTC) + timedelta(hours=3)
+    assert abs(told - before) < timedelta(minutes=2), "the business's local time, not UTC"
+    # And the model saw it (the system prompt it was sent).
+    assert "America/Sao_Paulo" in json.dumps(rh.fake.calls_to("anthropic")[-1].body)
