@@ -124,7 +124,13 @@ async def approve_action(
     try:
         claims = executor.claims_for(ctx.org_id, claimed.run_id, claimed.proposed_action)
         result, ok = (
-            await executor.execute(tools, claims, claimed.action_type, claimed.proposed_action["arguments"]),
+            await executor.execute(
+                tools,
+                claims,
+                claimed.action_type,
+                claimed.proposed_action["arguments"],
+                proposed_at=claimed.proposed_at,
+            ),
             True,
         )
     except ToolFailure as exc:

@@ -215,6 +215,8 @@ class Claimed:
     area: str
     action_type: str
     proposed_action: dict[str, Any]
+    # When the agent proposed it: a follow-up "in 16 hours" counts from then, not from the approval.
+    proposed_at: datetime
 
 
 def claim_decision(
@@ -240,6 +242,7 @@ def claim_decision(
             AgentDecision.area,
             AgentDecision.action_type,
             AgentDecision.proposed_action,
+            AgentDecision.created_at,
         )
     ).one_or_none()
     if row is None:
@@ -249,7 +252,7 @@ def claim_decision(
         if exists is None:
             raise NotFound("no such proposed action")
         raise AlreadyDecided(f"this action was already {exists}")
-    return Claimed(row.id, row.run_id, row.area, row.action_type, dict(row.proposed_action))
+    return Claimed(row.id, row.run_id, row.area, row.action_type, dict(row.proposed_action), row.created_at)
 
 
 def record_execution(session: Session, org_id: uuid.UUID, claimed: Claimed, result: dict[str, Any], ok: bool) -> None:

@@ -8,7 +8,7 @@ import asyncio
 import json
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -485,3 +485,34 @@ async def test_only_the_owners_wake_replays_the_decision_and_a_recovered_resume_
     mark = len(rh.fake.received)
     assert (await rh.run(recovery)).status == "completed"
     assert approved in json.dumps(rh.fake.received[mark].body), "the recovered resume lost the owner's decision"
+
+
+@pytest.mark.parametrize(
+    ("waited", "outcome"), [(timedelta(hours=5), "scheduled at the proposed time"), (timedelta(hours=17), "refused")]
+)
+async def test_an_approved_follow_up_is_due_when_the_agent_proposed_it_not_later(
+    rh: RunnerHarness, api: httpx.AsyncClient, org: OrgHandle, waited: timedelta, outcome: str
+) -> None:
+    """The agent proposed "in 16 hours" on Friday at 17:00 (Saturday at 9:00); the owner approved on
+    Monday. It was scheduled 16 hours after the approval — Tuesday at 2:00. Counted from the
+    proposal: still due at its time, or refused when that time has passed."""
+    agent = _agent(rh, org, SCHEDULE_FOLLOWUP, followup={"callback_enabled": True})
+    rh.fake.script(_script(tool(SCHEDULE_FOLLOWUP, {"reason": "call back about the quote", "due_in_minutes": 960})))
+    request = run_request(agent, [inbound(rh.db, agent, "Me liga amanhã de manhã?")])
+    assert (await rh.run(request)).status == "completed"
+    [decision] = _rows(rh, org.org_id, "SELECT id, created_at FROM agent_decisions WHERE run_id = :r", r=request.run_id)
+    proposed_at = decision["created_at"] - waited  # as if the owner took that long to answer
+    _rows_exec(
+        rh, org.org_id, "UPDATE agent_decisions SET created_at = :at WHERE id = :d", at=proposed_at, d=decision["id"]
+    )
+
+    answer = await api.post(f"/api/v1/decisions/{decision['id']}:approve", headers=org.headers())
+    assert answer.status_code == 200, answer.text
+    scheduled = _rows(
+        rh, org.org_id, "SELECT due_at FROM scheduled_followups WHERE created_by_run_id = :r", r=request.run_id
+    )
+    if outcome == "refused":
+        assert scheduled == [] and answer.json()["data"]["status"] == "approved"
+        return
+    [followup] = scheduled
+    assert abs(followup["due_at"] - (proposed_at + timedelta(minutes=960))) < timedelta(minutes=2)
