@@ -69,12 +69,17 @@ def fire_due(session: Session, serde: Serde, org_id: uuid.UUID, ids: list[uuid.U
     ).all()
     fired: list[Fired] = []
     for followup in claimed:
-        # Outbox writers of a conversation serialize on its row (records keep commit order).
+        # Outbox writers of a conversation serialize on its row (records keep commit order). Taken
+        # without waiting: every other writer locks the conversation first and the follow-ups after
+        # (an erasure cancels them), so waiting here, a follow-up locked, was a deadlock — the
+        # erasure failed with a 500. A conversation busy now is fired at a later pass.
         conversation = session.scalars(
             select(Conversation)
             .where(Conversation.org_id == org_id, Conversation.id == followup.conversation_id)
-            .with_for_update()
+            .with_for_update(skip_locked=True)
         ).one_or_none()
+        if conversation is None and _conversation_exists(session, org_id, followup.conversation_id):
+            continue  # locked by another writer: left scheduled for the next pass
         if (
             conversation is None
             or conversation.status != ConversationStatus.OPEN.value
@@ -103,6 +108,15 @@ def fire_due(session: Session, serde: Serde, org_id: uuid.UUID, ids: list[uuid.U
         fired.append(Fired(followup.id, org_id, record.event_id))
     session.flush()
     return fired
+
+
+def _conversation_exists(session: Session, org_id: uuid.UUID, conversation_id: uuid.UUID) -> bool:
+    return (
+        session.scalar(
+            select(Conversation.id).where(Conversation.org_id == org_id, Conversation.id == conversation_id)
+        )
+        is not None
+    )
 
 
 class FollowupScheduler:

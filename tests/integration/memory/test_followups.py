@@ -199,3 +199,27 @@ async def test_the_recovery_of_a_followups_run_still_knows_the_followup(rh: Runn
     while followup(rh, agent, promised).fired_run_id != recovery.run_id:
         assert time.monotonic() < deadline, "the follow-up was not linked to the run that kept it"
         await asyncio.sleep(0.05)
+
+
+async def test_a_due_followup_of_a_conversation_locked_elsewhere_waits_for_a_later_pass(rh: RunnerHarness) -> None:
+    """Every writer of a conversation locks it first and its follow-ups after (an erasure cancels
+    them); the scheduler holds the follow-up and then wanted the conversation — waiting, the two
+    deadlocked and PostgreSQL failed the erasure. The scheduler now takes a busy conversation's
+    follow-up at a later pass instead of waiting."""
+    agent = create_agent(rh.db, provider="anthropic")
+    due = schedule(rh, agent, datetime.now(UTC) - timedelta(seconds=1))
+    engine = create_async_engine(rh.database_url, pool_size=2)
+    scheduler = FollowupScheduler(create_async_sessionmaker(engine), Serde.from_settings(rh.kafka))
+    holder = Session(rh.db)
+    try:
+        with tenant_transaction(holder, agent.org_id):
+            holder.execute(select(Conversation).where(Conversation.id == agent.conversation_id).with_for_update())
+            fired = await asyncio.wait_for(scheduler.tick(), timeout=5)  # waited for the lock before
+            assert [f for f in fired if f.org_id == agent.org_id] == []
+            assert followup(rh, agent, due).status == "scheduled"
+        fired = await scheduler.tick()  # the lock is gone: fired now
+        assert [f.followup_id for f in fired if f.org_id == agent.org_id] == [due]
+        assert followup(rh, agent, due).status == "fired"
+    finally:
+        holder.close()
+        await engine.dispose()
