@@ -19,7 +19,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, literal, select
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -31,6 +32,8 @@ from services.runner.preload import MISSING, read_once
 from services.runner.providers.base import ToolCallRequest, ToolOutcome, ToolSpec
 from services.runner.subject import RunSubject
 from switchboard.contracts import RunRequested
+from switchboard.db.enums import ACTIVE_RUN_STATUSES
+from switchboard.db.models import AiAgentRun
 from switchboard.db.models.memory import MAX_STATE_NOTE_CHARS, STATE_NOTE_TOOL, ConversationStateNote
 from switchboard.db.session import async_tenant_transaction
 
@@ -70,16 +73,32 @@ class StateStore:
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
             return await _read_note(session, org_id, conversation_id)
 
-    async def replace(self, org_id: uuid.UUID, conversation_id: uuid.UUID, run_id: uuid.UUID, note: str) -> None:
+    async def replace(self, org_id: uuid.UUID, conversation_id: uuid.UUID, run_id: uuid.UUID, note: str) -> bool:
+        """Replace the note while ``run_id`` is still going; False when it is not (closed as lost — its
+        recovery may have written a newer note, or the contact was erased since: a late write put the
+        person's data back)."""
         values = {"note": note, "updated_by_run_id": run_id}
+        going = exists().where(
+            AiAgentRun.org_id == org_id,
+            AiAgentRun.id == run_id,
+            AiAgentRun.status.in_([s.value for s in ACTIVE_RUN_STATUSES]),
+        )
+        row = select(
+            literal(org_id, PG_UUID(as_uuid=True)),
+            literal(conversation_id, PG_UUID(as_uuid=True)),
+            literal(note),
+            literal(run_id, PG_UUID(as_uuid=True)),
+        ).where(going)
         async with self._sessions() as session, async_tenant_transaction(session, org_id):
-            await session.execute(
+            written = await session.scalar(
                 insert(ConversationStateNote)
-                .values(org_id=org_id, conversation_id=conversation_id, **values)
+                .from_select(["org_id", "conversation_id", "note", "updated_by_run_id"], row)
                 .on_conflict_do_update(
                     index_elements=[ConversationStateNote.conversation_id], set_={**values, "updated_at": func.now()}
                 )
+                .returning(ConversationStateNote.conversation_id)
             )
+            return written is not None
 
 
 class StateLayer:
@@ -122,7 +141,8 @@ class StateNoteTool:
         request = self._subject.request
         if request.dry_run:  # a test run changes nothing a later live turn would read (docs/memory.md)
             return ToolOutcome(call.id, call.name, json.dumps({"status": "not_saved", "reason": "dry run"}))
-        await self._store.replace(request.org_id, request.conversation_id, request.run_id, text)
+        if not await self._store.replace(request.org_id, request.conversation_id, request.run_id, text):
+            return ToolOutcome(call.id, call.name, "Not saved: this run has ended.", is_error=True)
         return ToolOutcome(call.id, call.name, "State note saved.")
 
     async def after_call(self, ctx: CallContext, call: ToolCallRequest, outcome: ToolOutcome) -> ToolOutcome:

@@ -4,6 +4,7 @@ trace and never reach a later prompt."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -110,3 +111,34 @@ async def test_a_dry_run_saves_no_state_note(rh: RunnerHarness) -> None:
     result = next(e for e in row.tool_calls if e["kind"] == "tool")["result"]
     assert "not_saved" in result
     assert rh.scalar(agent.org_id, "SELECT count(*) FROM conversation_state_notes") == 0
+
+
+async def test_a_run_closed_as_lost_writes_no_note(rh: RunnerHarness) -> None:
+    """The dispatcher closed a run as lost while its runner still worked (its heartbeats stopped
+    reaching anyone): its recovery may have written a newer note, and the contact may have been
+    erased since — a late note would put the person's data back. It is refused."""
+    agent = create_agent(rh.db, tool_ids=[STATE_NOTE_TOOL])
+    request = run_request(agent, [inbound(rh.db, agent, "I want the blue sofa")])
+
+    def script(received: Received) -> Reply:
+        if not _tool_results(received):  # the first step: closed as lost while the model thinks
+            rh.scalar(
+                agent.org_id,
+                "UPDATE ai_agent_runs SET status = 'failed', error_code = 'process_lost' WHERE id = :r RETURNING id",
+                r=request.run_id,
+            )
+            return tool(STATE_NOTE_TOOL, {"text": NOTE})
+        return Reply(text="ok")
+
+    rh.fake.script(script)
+    await rh.submit(request)
+    deadline = asyncio.get_running_loop().time() + 20
+    while not (rh.fake.received and any("Not saved" in r for r in _tool_results(rh.fake.received[-1]))):
+        assert asyncio.get_running_loop().time() < deadline, "the tool never answered"
+        await asyncio.sleep(0.1)
+    notes = rh.scalar(
+        agent.org_id,
+        "SELECT count(*) FROM conversation_state_notes WHERE conversation_id = :c",
+        c=agent.conversation_id,
+    )
+    assert notes == 0
