@@ -45,8 +45,15 @@ def to_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, An
         elif isinstance(message, AssistantMessage):
             entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
             if message.tool_calls:
+                # A call whose arguments were not a JSON object goes back as "{}": servers that parse
+                # them (vLLM and other OpenAI-compatible ones) refused the whole next request with a
+                # 400, where the model should have read its tool's error and tried again.
                 entry["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": "{}" if c.error else c.arguments_json},
+                    }
                     for c in message.tool_calls
                 ]
             out.append(entry)

@@ -278,8 +278,13 @@ async def test_malformed_tool_arguments_go_back_to_the_model(rh: RunnerHarness) 
     tools = [e for e in row.tool_calls if e["kind"] == "tool"]
     assert [t["is_error"] for t in tools] == [True, True]
     assert "not valid JSON" in tools[0]["result"] and "query" in tools[1]["result"]
-    tool_messages = [m for m in rh.fake.calls_to("openai")[-1].body["messages"] if m["role"] == "tool"]
+    last_request = rh.fake.calls_to("openai")[-1].body["messages"]
+    tool_messages = [m for m in last_request if m["role"] == "tool"]
     assert all(m["content"].startswith("ERROR:") for m in tool_messages)
+    # The malformed call went back as valid JSON: an OpenAI-compatible server that parses it
+    # refused the whole request (400) and the run failed instead of the model trying again.
+    sent_arguments = [c["function"]["arguments"] for m in last_request for c in m.get("tool_calls") or ()]
+    assert all(isinstance(json.loads(a), dict) for a in sent_arguments), sent_arguments
 
 
 async def test_rate_limits_and_5xx_are_retried_with_backoff(rh: RunnerHarness) -> None:
