@@ -15,10 +15,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Final
 
-from services.runner.outcome import LoopOutcome, OutcomeKind
-from services.runner.providers.base import ProviderAccess
+from services.runner.outcome import LoopOutcome, OutcomeKind, RunFailure
+from services.runner.providers.base import ProviderAccess, ProviderError
 from services.runner.subject import RunSubject
 from services.runner.summary import SpendTally, SummaryJob, ThreadSummarizer
+from switchboard.contracts.enums import ErrorFamily
 
 # Each pass folds at most summary.MAX_BATCH_MESSAGES messages; a very long thread takes several.
 MAX_PASSES: Final = 10
@@ -37,17 +38,44 @@ class Compactor:
         # budget), and the version's cost budget stops further passes once reached.
         tally = SpendTally()
         job = SummaryJob(everything, access, tally=tally)
-        budget = subject.version.cost_budget_micros
+        version = subject.version
+        budget = version.cost_budget_micros
         passes = 0
-        while passes < MAX_PASSES and tally.cost_micros < budget and await self._summarizer.summarize(job):
-            passes += 1
+
+        def within_budgets() -> bool:
+            # The version's budgets as for any run: its cost, its tokens, its steps (a pass is a step).
+            spent_tokens = tally.usage.all_input + tally.usage.output_tokens
+            return (
+                passes < min(MAX_PASSES, version.max_steps)
+                and tally.cost_micros < budget
+                and spent_tokens < version.token_budget
+            )
+
+        try:
+            while within_budgets() and await self._summarizer.summarize(job):
+                passes += 1
+        except Exception as exc:
+            # A pass failed (the provider refused, the database went away): what the passes before
+            # it — and its own call, when billed — spent is still the run's (it was recorded as 0).
+            code = exc.code if isinstance(exc, ProviderError) else "compaction_failed"
+            failure = RunFailure(
+                code, f"/compact stopped after {passes} pass(es): {type(exc).__name__}", ErrorFamily.UNKNOWN
+            )
+            return LoopOutcome(
+                OutcomeKind.FAILED,
+                failure=failure,
+                summary=f"/compact failed after {passes} pass(es); what they spent is counted. No reply was sent.",
+                usage=tally.usage,
+                cost_micros=tally.cost_micros,
+                steps=passes,
+            )
         summary = (
             f"/compact: the thread summary was compacted ({passes} pass(es)); no reply was sent."
             if passes
             else "/compact: the thread summary already covers every message; no reply was sent."
         )
-        if passes and tally.cost_micros >= budget:
-            summary += " Stopped at the run's cost budget: send /compact again to go on."
+        if passes and not within_budgets() and passes < MAX_PASSES:
+            summary += " Stopped at the run's budget: send /compact again to go on."
         return LoopOutcome(
             OutcomeKind.FINISHED, summary=summary, usage=tally.usage, cost_micros=tally.cost_micros, steps=passes
         )
