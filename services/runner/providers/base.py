@@ -260,14 +260,19 @@ def kind_for_status(status: int) -> ProviderErrorKind:
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
-    """The ``retry-after`` header in seconds, when it is a number."""
+    """The wait a provider asks for, in seconds: ``retry-after-ms`` (OpenAI's, finer) or
+    ``retry-after``, when a number."""
     if not headers:
         return None
-    value = headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) / scale)
+        except ValueError:
+            continue
+    return None
 
 
 def map_sdk_error(exc: Exception, provider: str, sdk: ModuleType) -> ProviderError:

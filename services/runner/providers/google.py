@@ -151,17 +151,33 @@ def map_error(exc: BaseException, provider: str) -> ProviderError:
         if _is_bad_key(exc):
             return ProviderError(ProviderErrorKind.AUTH, provider=provider, status=exc.code)
         headers = getattr(exc.response, "headers", None)
+        waited = retry_after_seconds(headers) if headers is not None else None
         return ProviderError(
             kind_for_status(int(exc.code or 0)) if exc.code else ProviderErrorKind.OTHER,
             provider=provider,
             status=exc.code,
-            retry_after_s=retry_after_seconds(headers) if headers is not None else None,
+            retry_after_s=waited if waited is not None else _retry_delay(getattr(exc, "details", None)),
         )
     if isinstance(exc, httpx2.TimeoutException):
         return ProviderError(ProviderErrorKind.TIMEOUT, provider=provider)
     if isinstance(exc, httpx2.TransportError):
         return ProviderError(ProviderErrorKind.CONNECTION, provider=provider)
     return ProviderError(ProviderErrorKind.OTHER, provider=provider)
+
+
+def _retry_delay(details: object) -> float | None:
+    """Gemini says how long to wait in its error body, not a header: a ``google.rpc.RetryInfo``
+    detail with ``retryDelay`` such as ``"31s"`` (ignored, the loop retried after its own backoff
+    and a daily quota's 429 was retried until it failed)."""
+    error = details.get("error") if isinstance(details, dict) else None
+    for item in error.get("details") or () if isinstance(error, dict) else ():
+        if isinstance(item, dict) and str(item.get("@type", "")).endswith("RetryInfo"):
+            delay = str(item.get("retryDelay", ""))
+            try:
+                return max(0.0, float(delay.removesuffix("s")))
+            except ValueError:
+                return None
+    return None
 
 
 # Gemini 2.5's accepted thinking budgets: Pro takes 128-32,768 and cannot stop thinking, Flash

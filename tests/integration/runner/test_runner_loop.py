@@ -316,6 +316,25 @@ async def test_an_openai_account_out_of_quota_fails_at_once_with_its_own_code(rh
     assert len(rh.fake.calls_to("openai")) - calls_before == 1, "not retried"
 
 
+async def test_gemini_s_retry_delay_in_its_error_body_is_read(rh: RunnerHarness) -> None:
+    """Gemini says how long to wait in the body (``RetryInfo.retryDelay``), not a header: a daily
+    quota's "come back in an hour" was retried at the loop's own backoff until it failed."""
+    agent = create_agent(rh.db, provider="google", model="gemini-2.5-flash")
+    body = {
+        "error": {
+            "code": 429,
+            "message": "Quota exceeded",
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "3600s"}],
+        }
+    }
+    rh.fake.script(lambda _: Reply(status=429, error_body=body))
+    calls_before = len(rh.fake.calls_to("google"))
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert (row.status, row.error_code) == ("failed", "provider_rate_limited")
+    assert len(rh.fake.calls_to("google")) - calls_before == 1, "not retried against an hour's wait"
+
+
 async def test_a_retry_after_longer_than_a_step_may_wait_fails_the_step_now(rh: RunnerHarness) -> None:
     """A provider asking to come back in two minutes: the step fails now (a customer is not kept
     waiting minutes), instead of retrying at the 8 s backoff cap — too early — three more times."""
