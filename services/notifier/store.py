@@ -44,6 +44,8 @@ from switchboard.rotation import channel_session_aad
 from switchboard.run_outcomes import CONTACT_ERASED, WITH_HUMANS
 
 ERROR_MESSAGE_LIMIT = 500
+# "Since ever": a person's own message is not withheld by a takeover (``_gate``'s first answer).
+_EVER = datetime.min.replace(tzinfo=UTC)
 # How long a channel session's route (and its opened API key) is reused before it is read again:
 # a send per reply would otherwise cost a query and an AES-GCM open. A session's new API key or
 # base URL reaches the sends this much later (docs/notifier.md "Routes").
@@ -407,11 +409,14 @@ class NotifierStore:
             return await self._claim(session, org_id, run_id, approved)
 
     async def claim_human(self, requested: HumanMessageRequested) -> list[Claimed]:
-        """Claim a person's message (stored by the API, still ``pending``): at most once, like a reply."""
+        """Claim a person's message (stored by the API, still ``pending``): at most once, like a reply.
+        Not once its contact was erased (between the person's send and this claim): the number in
+        the record is the person's real one, and they asked to be forgotten — the message fails
+        ``contact_erased`` (2026-12-05: "[erased]" went out to them)."""
         async with self._sessions() as session, async_tenant_transaction(session, requested.org_id):
             row = (
                 await session.execute(
-                    select(Message.id, Message.channel_session_id, Message.body).where(
+                    select(Message.id, Message.channel_session_id, Message.body, Message.conversation_id).where(
                         Message.org_id == requested.org_id,
                         Message.id == requested.message_id,
                         Message.sender == MessageSender.HUMAN.value,
@@ -421,6 +426,10 @@ class NotifierStore:
             ).one_or_none()
             if row is None:
                 return []  # unknown here, or already sent or failed: nothing to claim
+            _, erased = await self._gate(session, requested.org_id, row.conversation_id, _EVER)
+            if erased:
+                await _mark_pending(session, requested.org_id, row.id, MessageDeliveryStatus.FAILED, CONTACT_ERASED)
+                return []
             candidate = _Candidate(row.id, row.channel_session_id, row.body, DeliveryKind.HUMAN, requested.chat_id)
             return await self._claim(session, requested.org_id, None, [candidate])
 

@@ -13,7 +13,7 @@ from scripts.channel_server import ChannelServer
 from services.notifier.settings import NotifierSettings
 from switchboard.contracts import HumanMessageRequested, Record, RunStatus, Serde, Topics, TopicSpec
 from switchboard.db.enums import Role
-from switchboard.db.models import Conversation, OutboxEvent
+from switchboard.db.models import Conversation, Message, OutboxEvent
 from switchboard.db.models.audit import AuditLogEntry
 from switchboard.db.models.notifications import OrgWebhook, RunDelivery
 from tests.integration.notifier.conftest import RunningNotifier, World, eventually
@@ -151,3 +151,35 @@ async def test_a_person_answers_the_customer_after_a_handoff_once(
     assert "conversation.message_sent" in audit
     shown = (await api.get(path, headers=manager)).json()["data"]
     assert [(m["sender"], m["delivery_status"]) for m in shown if m["id"] == message["id"]] == [("human", "sent")]
+
+
+async def test_a_persons_message_queued_before_the_contacts_erasure_is_never_sent(
+    world: World,
+    channel: ChannelServer,
+    api: httpx.AsyncClient,
+    publish: Publish,
+    start_notifier: Start,
+    notifier_settings: NotifierSettings,
+) -> None:
+    """A person answered from Switchboard; the contact was erased before the notifier handled it
+    (outbox lag, the notifier down). The record carries the person's real number: nothing goes out
+    to someone who asked to be forgotten — it sent them "[erased]"."""
+    await start_notifier()
+    await publish(Topics.HANDOFF_TRIGGERED, world.handoff(world.run(status=RunStatus.HANDOFF, text=None)))
+    await eventually(lambda: world.conversation().status, lambda s: s == "handoff")
+    path = f"/api/v1/conversations/{world.conversation_id}/messages"
+    sent = await api.post(path, json={"text": "Ana, seu pedido saiu."}, headers=world.org.headers(Role.MANAGER))
+    assert sent.status_code == 202, sent.text
+    [record] = _human_message_records(world, Serde.from_settings(notifier_settings.kafka))
+    erased = await api.post(f"/api/v1/contacts/{world.contact_id}:erase", headers=world.org.headers())
+    assert erased.status_code == 200, erased.text
+
+    await publish(Topics.HUMAN_MESSAGES, record)
+
+    def outcome() -> tuple[str, str | None]:
+        with tenant_session(world.org) as session:
+            message = session.get_one(Message, record.message_id)
+            return message.delivery_status, message.delivery_error
+
+    await eventually(outcome, lambda o: o == ("failed", "contact_erased"))
+    assert channel.received == [], "nothing reached the erased contact"
