@@ -56,6 +56,7 @@ from services.runner.metrics import (
 from services.runner.outcome import (
     ALREADY_ANSWERED,
     CONTACT_ERASED,
+    HANDOFF_UNAVAILABLE,
     RUNNER_SHUTDOWN,
     SUPERSEDED,
     WITH_HUMANS,
@@ -565,6 +566,7 @@ class RunExecutor:
     ) -> None:
         request = subject.request
         version = subject.version
+        outcome = _no_handoff_without_people(subject, outcome)
         classification = classify(outcome)
         # A handoff tells the customer the version's handoff message, if it has one (never the
         # model's own text: it was not written for the customer).
@@ -815,6 +817,31 @@ def _not_run(handle: RunHandle) -> LoopOutcome | None:
     else:
         return None
     return LoopOutcome(OutcomeKind.ABORTED, abort_reason=reason, summary=f"Not run: {why}.")
+
+
+def _no_handoff_without_people(subject: RunSubject, outcome: LoopOutcome) -> LoopOutcome:
+    """No person answers an internal conversation (the daily analysis): a handoff there — the model's
+    request_human_handoff, or the tool server down during a deploy — set it to ``handoff`` for good,
+    the dispatcher refused every later day's analysis and nobody could hand it back (it is not in
+    the inbox). Such a run ends ``aborted`` (``handoff_unavailable``) instead. A dry run keeps its
+    handoff: the editor's test shows that the version would hand off."""
+    conversation = subject.conversation
+    if (
+        outcome.kind is not OutcomeKind.HANDOFF
+        or subject.request.dry_run
+        or conversation is None
+        or not is_internal_chat(conversation.chat_id)
+    ):
+        return outcome
+    reason = outcome.handoff.reason if outcome.handoff else "a handoff"
+    return replace(
+        outcome,
+        kind=OutcomeKind.ABORTED,
+        abort_reason=HANDOFF_UNAVAILABLE,
+        handoff=None,
+        final_text=None,
+        summary=f"Not handed off (no person answers an internal conversation): {reason}",
+    )
 
 
 class _Trace:

@@ -69,6 +69,8 @@ OUTPUT_LIMIT_REACHED = "output_limit_reached"
 # The provider withheld the answer (refusal, content or safety filter): nothing is sent.
 ANSWER_REFUSED = "answer_refused"
 HANDED_BACK = "handed_back"
+# A handoff in an internal conversation (the daily analysis): nobody would answer it.
+HANDOFF_UNAVAILABLE = "handoff_unavailable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,7 @@ _ABORT_FAMILIES = {
     "cost_budget_exceeded": (Vitality.STALLED, ErrorFamily.BUDGET_EXCEEDED),
     OUTPUT_LIMIT_REACHED: (Vitality.STALLED, ErrorFamily.BUDGET_EXCEEDED),
     ANSWER_REFUSED: (Vitality.BLOCKED, None),
+    HANDOFF_UNAVAILABLE: (Vitality.BLOCKED, None),
     LOOPING: (Vitality.LOOPING, None),
     SILENCE_TIMEOUT: (Vitality.STALLED, ErrorFamily.SILENT_RUN),
     INTERRUPTED: (Vitality.ALIVE, None),

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from sqlalchemy import or_, update
 from sqlalchemy.orm import Session
 
 from services.api.core.errors import Conflict, NotFound, Unauthorized, ValidationFailed
@@ -141,6 +142,22 @@ def bootstrap_organization(
     return org_id, user.id, token.plaintext
 
 
+def _use_totp_step(session: Session, user: User, step: int) -> bool:
+    """Spend a TOTP time step, once: a conditional update, so two logins with the same code at the
+    same moment cannot both pass (read first and written after, both saw the old step)."""
+    used = session.scalar(
+        update(User)
+        .where(User.id == user.id, or_(User.mfa_last_step.is_(None), User.mfa_last_step < step))
+        .values(mfa_last_step=step)
+        .returning(User.id)
+        .execution_options(synchronize_session=False)
+    )
+    if used is None:
+        return False
+    session.refresh(user, ["mfa_last_step"])
+    return True
+
+
 def login(
     session: Session, keyring: KeyRing, *, email: str, password: str, totp_code: str | None, org_id: uuid.UUID | None
 ) -> NewToken:
@@ -169,9 +186,8 @@ def login(
         step = totp_step(secret, totp_code)
         if step is None:
             raise Unauthorized("The second-factor code is wrong or expired")
-        if user.mfa_last_step is not None and step <= user.mfa_last_step:
+        if not _use_totp_step(session, user, step):
             raise Unauthorized("This second-factor code was already used: wait for the next one")
-        user.mfa_last_step = step
         mfa_verified = True
     set_tenant(session, membership.org_id)
     user.last_login_at = _now()

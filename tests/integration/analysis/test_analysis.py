@@ -14,7 +14,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from services.api.analysis.scheduler import AnalysisScheduler, due_orgs, pipeline_run_id
-from switchboard.contracts import Insight, Serde, Topics, WakeReason
+from switchboard.contracts import HandoffTriggered, Insight, Serde, Topics, WakeReason
 from switchboard.db.models import (
     AiAgent,
     AiAgentRun,
@@ -26,7 +26,7 @@ from switchboard.db.models import (
 )
 from switchboard.db.session import create_async_engine, create_async_sessionmaker, tenant_transaction
 from switchboard.internal_chats import ANALYSIS_CHAT_ID
-from switchboard.tool_catalog import ANALYTICS_AREA_SUMMARY, INSIGHTS_PUBLISH
+from switchboard.tool_catalog import ANALYTICS_AREA_SUMMARY, INSIGHTS_PUBLISH, REQUEST_HUMAN_HANDOFF
 from tests.integration.analysis.conftest import dispatches, run_for
 from tests.integration.runner.harness import Agent, RunnerHarness, create_agent, inbound
 from tests.support.fake_llm import Reply, tool
@@ -249,3 +249,36 @@ async def test_the_data_tool_refuses_an_unknown_area_and_publish_validates_items
     errors = [step for step in run.tool_calls if step.get("is_error")]
     assert [step["tool_name"] for step in errors] == [ANALYTICS_AREA_SUMMARY, INSIGHTS_PUBLISH]
     assert insights(rh, agent.org_id) == {}
+
+
+async def test_an_analysis_run_that_asks_for_a_person_does_not_park_the_analysis_for_good(
+    rh: RunnerHarness,
+) -> None:
+    """No person answers the internal analysis conversation, and it is not in the inbox: a handoff
+    there (the model's request_human_handoff, or the tool server down during a deploy) set it to
+    ``handoff`` for good, and the dispatcher refused every later day's analysis. The run ends
+    aborted instead, nothing is handed to anyone, and the conversation stays open."""
+    agent = create_agent(
+        rh.db, tool_ids=[ANALYTICS_AREA_SUMMARY, INSIGHTS_PUBLISH], system_prompt=ANALYST, handoff_tool_enabled=True
+    )
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        session.execute(
+            update(AiAgent).where(AiAgent.id == agent.agent_id).values(published_version_id=agent.version_id)
+        )
+    engine = create_async_engine(rh.database_url, pool_size=2)
+    try:
+        [fanned] = await AnalysisScheduler(create_async_sessionmaker(engine), Serde.from_settings(rh.kafka)).tick(
+            datetime(2030, 5, 2, 7, 0, tzinfo=UTC), [agent.org_id]
+        )
+    finally:
+        await engine.dispose()
+    conversation_id = analysis_conversation(rh, agent.org_id)
+    [dispatch] = [d for _, d in dispatches(rh, conversation_id) if d.event_id in fanned.dispatch_ids]
+    rh.fake.script([tool(REQUEST_HUMAN_HANDOFF, {"reason": "the figures look wrong", "urgency": "normal"})])
+    run = await rh.run(run_for(dispatch, agent.agent_id, agent.version_id))
+    assert (run.status, run.abort_reason) == ("aborted", "handoff_unavailable")
+    assert "the figures look wrong" in (run.summary or "")
+    records = rh.outbox(conversation_id)
+    assert not any(isinstance(r, HandoffTriggered) for _, r in records), "nobody is handed an internal conversation"
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        assert session.get_one(Conversation, conversation_id).status == "open"
