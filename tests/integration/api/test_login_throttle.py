@@ -153,6 +153,24 @@ async def test_a_totp_code_signs_in_once(client: httpx.AsyncClient, make_org: Ca
     assert replay.status_code == 401 and "already used" in replay.json()["error"]["message"]
 
 
+async def test_a_totp_code_used_by_concurrent_logins_signs_in_once(
+    client: httpx.AsyncClient, make_org: Callable[..., OrgHandle]
+) -> None:
+    """The same code several times at the same moment (a phished code replayed while its owner signs
+    in): still once. Read first and written after, every login saw the old step and all passed."""
+    email = f"owner-{uuid.uuid4().hex[:8]}@example.com"
+    make_org(email=email, password=PASSWORD)
+    plain = await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD})
+    auth = {"Authorization": f"Bearer {plain.json()['data']['token']}"}
+    b32 = (await client.post("/api/v1/auth/mfa/totp", headers=auth)).json()["data"]["secret"]
+    secret = base64.b32decode(b32 + "=" * (-len(b32) % 8))
+    confirmed = await client.post("/api/v1/auth/mfa/totp:confirm", json={"code": totp_code(secret)}, headers=auth)
+    assert confirmed.status_code == 204
+    body = {"email": email, "password": PASSWORD, "totp_code": totp_code(secret, at=time.time() + 30)}
+    logins = await asyncio.gather(*(client.post("/api/v1/auth/login", json=body) for _ in range(4)))
+    assert sorted(r.status_code for r in logins) == [201, 401, 401, 401], [r.text for r in logins]
+
+
 async def test_behind_a_trusted_proxy_each_client_is_throttled_by_its_own_address(
     api_settings: ApiSettings, make_org: Callable[..., OrgHandle]
 ) -> None:
