@@ -50,8 +50,9 @@ def list_conversations(
     limit: int,
     before: Cursor,
 ) -> list[Conversation]:
-    """Customer conversations, most recent activity first. The order key moves when a message arrives, so a conversation
-    active while someone pages can show up again on a later page (never be skipped: it moves up)."""
+    """Customer conversations, most recent activity first. The order key moves when a message arrives:
+    a conversation that gets one while someone pages jumps above the cursor — on the first page, not
+    on the later ones (docs/api.md, the inbox's paging)."""
     if status is not None and status not in {s.value for s in ConversationStatus}:
         raise UnknownConversationFilter()
     key = func.coalesce(Conversation.last_message_at, Conversation.created_at)

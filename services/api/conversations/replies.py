@@ -30,6 +30,7 @@ from switchboard.db.audit import record_audit
 from switchboard.db.enums import ConversationStatus, MessageDeliveryStatus, MessageDirection, MessageSender
 from switchboard.db.models.channels import Message
 from switchboard.db.outbox import enqueue_record
+from switchboard.internal_chats import is_internal_chat
 
 DEDUPE_PREFIX = "human:"
 
@@ -52,8 +53,8 @@ def send_human_message(
     request_id: str | None,
 ) -> Sent:
     conversation = repository.by_id(session, org_id, conversation_id, for_update=True)
-    if conversation is None:
-        raise NotFound("No such conversation")
+    if conversation is None or is_internal_chat(conversation.chat_id):
+        raise NotFound("No such conversation")  # an internal one has nobody to write to (not in the inbox)
     dedupe_key = f"{DEDUPE_PREFIX}{conversation.id}:{idempotency_key or uuid.uuid4()}"
     existing = repository.message_by_dedupe_key(session, org_id, conversation.channel_session_id, dedupe_key)
     if existing is not None:

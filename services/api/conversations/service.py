@@ -34,6 +34,7 @@ from switchboard.db.audit import record_audit
 from switchboard.db.enums import ConversationStatus
 from switchboard.db.models.channels import Conversation
 from switchboard.db.outbox import enqueue_record
+from switchboard.internal_chats import is_internal_chat
 
 TAKEOVER_INTERRUPT_TEXT = "A person took the conversation over."
 # Where a person took a conversation over or handed it back (the audit entry's ``via``).
@@ -83,7 +84,9 @@ def take_over(
     # The runner's claim locks the same row: a run is either claimed before (and found below)
     # or after (and sees the handoff status).
     row = repository.by_id(session, org_id, conversation_id, for_update=True)
-    if row is None:
+    if row is None or is_internal_chat(row.chat_id):
+        # An internal conversation (the daily analysis) has no customer to take over from, and is
+        # not in the inbox: taken over, it parked the analysis for good (docs/analysis.md).
         raise NotFound("No such conversation")
     if row.status == ConversationStatus.CLOSED.value:
         raise ConversationClosed(details={"status": row.status})

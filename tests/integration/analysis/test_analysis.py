@@ -282,3 +282,45 @@ async def test_an_analysis_run_that_asks_for_a_person_does_not_park_the_analysis
     assert not any(isinstance(r, HandoffTriggered) for _, r in records), "nobody is handed an internal conversation"
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
         assert session.get_one(Conversation, conversation_id).status == "open"
+
+
+async def test_the_internal_analysis_conversation_cannot_be_taken_over_nor_written_to(rh: RunnerHarness) -> None:
+    """It is not in the inbox, and nobody is on the other end: taken over (its id is in the run log),
+    every later day's analysis was refused; a person's message went to a "switchboard-..." chat."""
+    from services.api.conversations.replies import send_human_message
+    from services.api.conversations.service import take_over
+    from services.api.core.errors import NotFound
+
+    agent = analysis_agent(rh)
+    engine = create_async_engine(rh.database_url, pool_size=2)
+    try:
+        await AnalysisScheduler(create_async_sessionmaker(engine), Serde.from_settings(rh.kafka)).tick(
+            datetime(2030, 5, 2, 7, 0, tzinfo=UTC), [agent.org_id]
+        )
+    finally:
+        await engine.dispose()
+    conversation_id = analysis_conversation(rh, agent.org_id)
+    serde = Serde.from_settings(rh.kafka)
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        with pytest.raises(NotFound):
+            take_over(
+                session,
+                serde,
+                org_id=agent.org_id,
+                conversation_id=conversation_id,
+                actor_user_id=None,
+                request_id=None,
+            )
+        with pytest.raises(NotFound):
+            send_human_message(
+                session,
+                serde,
+                org_id=agent.org_id,
+                conversation_id=conversation_id,
+                text="oi",
+                actor_user_id=None,
+                idempotency_key=None,
+                request_id=None,
+            )
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        assert session.get_one(Conversation, conversation_id).status == "open"
