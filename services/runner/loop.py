@@ -251,6 +251,12 @@ class AgentLoop:
         return self._config
 
     @property
+    def interrupted(self) -> bool:
+        """Whether this run was asked to stop (a steering interrupt: a person took over, or the
+        conversation's policy stops a run for a newer message)."""
+        return self._steering.interrupted
+
+    @property
     def usage(self) -> TokenUsage:
         """Tokens used so far, absorbed work included."""
         return self._usage

@@ -202,15 +202,20 @@ class _NestedEvents:
         self._inner.debug(f"subagent_{name}", f"{self._name}: {detail}")
 
 
-class _NoSteering:
-    """Steering messages are for the run's own agent, taken at its turn boundaries."""
+class _CallersInterrupt:
+    """Steering messages are for the run's own agent, taken at its turn boundaries; an interrupt of the
+    calling run stops the sub-agent at its next step too — it kept calling its model to the end of
+    its budget on a conversation a person had just taken over (2026-12-05)."""
+
+    def __init__(self, caller: AgentLoop) -> None:
+        self._caller = caller
 
     def drain(self) -> list[str]:
         return []
 
     @property
     def interrupted(self) -> bool:
-        return False
+        return self._caller.interrupted
 
 
 class _DelegationLayer:
@@ -319,7 +324,7 @@ class SubAgentTools:
                 tools=toolbox,
                 events=_NestedEvents(rt.events, agent.spec.name),
                 trace=trace,
-                steering=_NoSteering(),
+                steering=_CallersInterrupt(caller),
                 interceptors=[*rt.interceptors(), *([nested] if nested else []), PiiInterceptor(rt.pii)],
                 pii=rt.pii,
             )

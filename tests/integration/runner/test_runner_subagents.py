@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from services.api.runs.service import trace_steps
 from switchboard.contracts import RunCompleted
+from switchboard.contracts.enums import SteeringKind
 from switchboard.db.models import AiAgent, AiAgentVersion
 from switchboard.db.session import tenant_transaction
 from switchboard.settings import KafkaSettings
@@ -302,3 +303,30 @@ async def test_a_subagents_spend_stays_with_the_run_when_it_is_handed_back(
         assert usage is not None and (usage.input_tokens, usage.output_tokens) == (700, 50)
         marked = [e for e in row.tool_calls if e.get("subagent_id") == str(worker.agent_id)]
         assert "model" in [e["kind"] for e in marked], "the sub-agent's billed step is in the trace"
+
+
+async def test_a_subagent_stops_when_its_calling_run_is_interrupted(rh: RunnerHarness) -> None:
+    """A person takes the conversation over while the run's sub-agent works: the sub-agent stops at
+    its next step with the run — it kept calling its model to the end of its budget, on a
+    conversation a person now owns, and the run stopped only after it."""
+    parent = create_agent(rh.db, model="claude-haiku-4-5", system_prompt="You are the orchestrator.")
+    worker = sub_agent(rh, parent, "Digger", tool_ids=[SEARCH_CONTACTS], max_steps=20)
+    grant(rh, parent, [worker])
+
+    def script(received: Received) -> Reply:
+        if "You are Digger." in system_of(received):
+            return Reply(calls=tool(SEARCH_CONTACTS, {"query": "Ana"}).calls, delay_s=0.3)  # digs on and on
+        return tool("agent_digger", {"task": "Find everything about Ana"})
+
+    rh.fake.script(script)
+    request = run_request(parent, [inbound(rh.db, parent, "Procura a Ana")])
+    await rh.submit(request)
+    deadline = time.monotonic() + 20
+    while sum("You are Digger." in system_of(r) for r in rh.fake.received) < 2:
+        assert time.monotonic() < deadline, "the sub-agent never got going"
+        await asyncio.sleep(0.05)
+    await rh.submit_steering(request, SteeringKind.INTERRUPT, "a person took the conversation over")
+    row = await rh.wait_run(request)
+    digger_calls = sum("You are Digger." in system_of(r) for r in rh.fake.received)
+    assert row.status == "aborted" and row.abort_reason == "interrupted", (row.status, row.abort_reason)
+    assert digger_calls <= 3, f"the sub-agent went on for {digger_calls} calls"
