@@ -279,6 +279,15 @@ class AgentLoop:
         """Output happened on this run's behalf (a sub-agent's step): reset the silence watchdog."""
         self._touch()
 
+    async def record_spend(self, pending_usage: TokenUsage, pending_cost: int) -> None:
+        """Write this run's spend so far plus ``pending`` (a sub-agent's steps, absorbed only when it
+        returns) to its row: a runner killed mid-delegation leaves a row that counts what the
+        provider billed, for the recovery that closes it as lost (its trace entries stay for the
+        absorb)."""
+        await self._trace.append(
+            [], steps=self._steps, usage=self._usage + pending_usage, cost=self._cost + pending_cost
+        )
+
     async def run(self, draft: PromptDraft) -> LoopOutcome:
         try:
             async with asyncio.timeout(self._config.silence_timeout_s) as watchdog:

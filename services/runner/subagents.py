@@ -168,6 +168,9 @@ class _NestedTrace:
     ) -> None:
         self.keep(entries)
         self._parent.touch()
+        # ``usage``/``cost``: the nested loop's so far. On the run's row now, not only once it returns:
+        # a runner killed meanwhile left the sub-agent's billed steps out of what the run counted.
+        await self._parent.record_spend(usage, cost)
 
     def keep(self, entries: list[dict[str, Any]]) -> None:
         self.entries.extend({**self._mark, **entry} for entry in entries)  # a deeper mark wins

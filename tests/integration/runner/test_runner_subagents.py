@@ -330,3 +330,35 @@ async def test_a_subagent_stops_when_its_calling_run_is_interrupted(rh: RunnerHa
     digger_calls = sum("You are Digger." in system_of(r) for r in rh.fake.received)
     assert row.status == "aborted" and row.abort_reason == "interrupted", (row.status, row.abort_reason)
     assert digger_calls <= 3, f"the sub-agent went on for {digger_calls} calls"
+
+
+async def test_a_subagents_billed_steps_are_on_the_runs_row_while_it_still_works(rh: RunnerHarness) -> None:
+    """A runner killed mid-delegation (OOM, a lost node) runs no shutdown code: what the row says the
+    run spent is what the recovery's closing counts. The sub-agent's steps joined the row only when
+    it returned, so a kill left them out — the provider billed them, the org's usage never did."""
+    parent = create_agent(rh.db, model="claude-haiku-4-5", system_prompt="You are the orchestrator.")
+    worker = sub_agent(rh, parent, "Counter", tool_ids=[SEARCH_CONTACTS])
+    grant(rh, parent, [worker])
+
+    def script(received: Received) -> Reply:
+        if "You are Counter." in system_of(received):
+            if has_tool_result(received):
+                return Reply(text="done", delay_s=3, input_tokens=1, output_tokens=1)
+            return tool(SEARCH_CONTACTS, {"query": "Ana"}, input_tokens=300, output_tokens=30)
+        if has_tool_result(received):
+            return Reply(text="Pronto.", input_tokens=10, output_tokens=5)
+        return tool("agent_counter", {"task": "Find Ana"}, input_tokens=400, output_tokens=20)
+
+    rh.fake.script(script)
+    request = run_request(parent, [inbound(rh.db, parent, "Procura a Ana")])
+    await rh.submit(request)
+    deadline = time.monotonic() + 20
+    while sum("You are Counter." in system_of(r) for r in rh.fake.received) < 2:  # its second, slow call
+        assert time.monotonic() < deadline, "the sub-agent never reached its second call"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    row = rh.run_row(request)
+    assert row is not None and row.status == "running"
+    assert (row.tokens_in, row.tokens_out) == (400 + 300, 20 + 30), "the sub-agent's first step is counted already"
+    done = await rh.wait_run(request)
+    assert (done.tokens_in, done.tokens_out) == (400 + 300 + 1 + 10, 20 + 30 + 1 + 5), "and nothing twice"
