@@ -28,6 +28,10 @@ from switchboard.contracts.enums import ErrorFamily
 # person took it over): the people answer. Also the delivery error of a reply the notifier
 # withheld for the same reason.
 WITH_HUMANS: Final = "conversation_with_humans"
+# A delivery that failed before any attempt: a notifier stopped (or crashed) while the message
+# waited its turn behind a retry (revision 0040). Certainly not sent: people may send it again,
+# and a person typing it on the phone writes their own message, not an echo of ours.
+NOT_ATTEMPTED: Final = "interrupted_before_send"
 # ``run_completed.abort_reason`` of a run stopped by a steering interrupt (the dispatcher's,
 # for a newer message, or a takeover's).
 INTERRUPTED: Final = "interrupted"

@@ -184,8 +184,8 @@ class NotifierHandlers:
                     "send failed, retrying in the background",
                     extra={**where, "message_id": str(claimed.message_id), "error_code": error.code},
                 )
-                retry_once = self._one_attempt(claimed, where, for_agents=for_agents, org_id=org_id)
                 followers = tuple(claims[index + 1 :])
+                retry_once = self._one_attempt(claimed, where, for_agents=for_agents, org_id=org_id, waiting=followers)
                 self.retries.schedule(
                     Retry(org_id, run_id, claimed, outcome.attempts, error, retry_once, followers=followers)
                 )
@@ -193,7 +193,13 @@ class NotifierHandlers:
             await self._record(org_id, run_id, claimed, outcome, where)
 
     def _one_attempt(
-        self, claimed: Claimed, where: dict[str, str], *, for_agents: bool, org_id: uuid.UUID
+        self,
+        claimed: Claimed,
+        where: dict[str, str],
+        *,
+        for_agents: bool,
+        org_id: uuid.UUID,
+        waiting: tuple[Claimed, ...] = (),
     ) -> Callable[[], Awaitable[Outcome]]:
         """A retry's attempt. A message the channel echoed meanwhile went out: an earlier attempt
         whose answer was lost (a timeout, a 500) had sent it, and it is recorded sent, not sent
@@ -202,6 +208,7 @@ class NotifierHandlers:
         conversation over (``conversation_with_humans``): it ends failed."""
 
         async def attempt() -> Outcome:
+            await self._store.keep_claims(org_id, [c.message_id for c in waiting])  # still ours (store.py)
             gate = await self._store.retry_gate(org_id, claimed.message_id)
             message = {**where, "message_id": str(claimed.message_id)}
             if gate.echoed_external_id is not None:

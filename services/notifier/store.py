@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import TextClause, bindparam, event, or_, select, text, update
+from sqlalchemy import TextClause, bindparam, event, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -41,7 +41,7 @@ from switchboard.db.session import async_tenant_transaction
 from switchboard.internal_chats import is_internal_chat
 from switchboard.observability.scrubbing import scrub_text
 from switchboard.rotation import channel_session_aad
-from switchboard.run_outcomes import CONTACT_ERASED, WITH_HUMANS
+from switchboard.run_outcomes import CONTACT_ERASED, NOT_ATTEMPTED, WITH_HUMANS
 
 ERROR_MESSAGE_LIMIT = 500
 # "Since ever": a person's own message is not withheld by a takeover (``_gate``'s first answer).
@@ -130,9 +130,6 @@ WHERE org_id = :org_id AND message_id = :message_id AND status = '{DeliveryState
 RETURNING id, {_ARCHIVED_SINCE} AS archived
 """
 ).bindparams(*(bindparam(n, type_=_UUID) for n in ("org_id", "message_id", "channel_session_id")))
-# Why a claim ended failed without an attempt: a stop (or, in the sweep, a crash) came while it
-# waited its turn (revision 0040). Certainly not sent: people may send it again.
-NOT_ATTEMPTED = "interrupted_before_send"
 
 # What the channel answered, on the claim, the message and (for the reply) the run: one statement.
 # WAHA echoes our own message as a webhook; ingest matches the echo to this message and may have
@@ -488,6 +485,23 @@ class NotifierStore:
                 )
             )
         return claimed
+
+    async def keep_claims(self, org_id: uuid.UUID, message_ids: list[uuid.UUID]) -> None:
+        """The claims waiting behind a retry are still this notifier's: refreshed at each attempt, so
+        the sweep (``NOTIFIER_STALE_CLAIM_S``) never takes a live retry's followers for a crashed
+        one's — chained retries in a long outage outlast the stale age of one."""
+        if not message_ids:
+            return
+        async with self._sessions() as session, async_tenant_transaction(session, org_id):
+            await session.execute(
+                update(RunDelivery)
+                .where(
+                    RunDelivery.org_id == org_id,
+                    RunDelivery.message_id.in_(message_ids),
+                    RunDelivery.status == DeliveryState.CLAIMED.value,
+                )
+                .values(updated_at=func.now())
+            )
 
     async def start_send(self, org_id: uuid.UUID, message_id: uuid.UUID) -> bool:
         """Move a claim waiting its turn to ``sending``, just before its attempt; False when another

@@ -27,7 +27,15 @@ from decimal import Decimal
 from typing import Final
 
 from services.runner.interceptors import CallContext, StopRequest
-from services.runner.outcome import INTERRUPTED, LOOPING, SILENCE_TIMEOUT, LoopOutcome, OutcomeKind
+from services.runner.outcome import (
+    ANSWER_REFUSED,
+    HANDOFF_UNAVAILABLE,
+    INTERRUPTED,
+    LOOPING,
+    SILENCE_TIMEOUT,
+    LoopOutcome,
+    OutcomeKind,
+)
 from services.runner.providers.base import ToolCallRequest, ToolOutcome, ToolSpec
 from switchboard.db.models.slash import GoalStatus
 
@@ -98,7 +106,8 @@ class Verdict:
         return self.status is GoalStatus.ACTIVE
 
 
-_STOPPING_ABORTS = {INTERRUPTED, LOOPING, SILENCE_TIMEOUT}
+# A refusal is no passing failure: the next segment would likely be refused again, billed each time.
+_STOPPING_ABORTS = {INTERRUPTED, LOOPING, SILENCE_TIMEOUT, ANSWER_REFUSED, HANDOFF_UNAVAILABLE}
 
 
 def verdict(goal: GoalState, outcome: LoopOutcome, *, completed: bool) -> Verdict:

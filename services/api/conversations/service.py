@@ -150,8 +150,10 @@ def hand_back(
     ensure_number_live(session, org_id, row.channel_session_id)  # the agents could answer through nothing
     row.status = ConversationStatus.OPEN.value
     row.assigned_user_id = None
-    # A group chat has no single contact and is never dispatched: nothing to wake.
-    wake = row.contact_id is not None and not row.is_group
+    # A group chat has no single contact and is never dispatched: nothing to wake. Nor an internal
+    # one (the daily analysis, given back after a handoff parked it): its own schedule wakes it, and
+    # an untargeted wake would run a customer-facing agent there, billed, its reply going nowhere.
+    wake = row.contact_id is not None and not row.is_group and not is_internal_chat(row.chat_id)
     if wake:
         assert row.contact_id is not None
         enqueue_record(

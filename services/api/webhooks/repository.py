@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from switchboard.db.lookups import ChannelSessionRoute
 from switchboard.db.models.channels import Message
 from switchboard.db.tenancy import TENANT_SETTING
-from switchboard.run_outcomes import WITH_HUMANS
+from switchboard.run_outcomes import NOT_ATTEMPTED, WITH_HUMANS
 
 # ``lookup_channel_session`` (SECURITY DEFINER, works before the org is known) for every
 # session named in a batch of deliveries on the name-routed URL, in one round trip. The secrets are tenant rows:
@@ -249,6 +249,10 @@ def ingest(
 # lock waits for a notifier recording the same row: after its commit the row has an id, no
 # longer matches, and the insert that follows sees the id taken (a duplicate).
 ECHO_WINDOW_MINUTES = 10
+# Outbound messages that certainly never went out: withheld after a takeover, or failed before
+# any attempt (the notifier's ``interrupted_before_send``: people may send them again). A person
+# typing one of them on the phone wrote their own message, not an echo of ours.
+_NEVER_SENT_SQL = ", ".join(f"'{code}'" for code in (WITH_HUMANS, NOT_ATTEMPTED))
 _BLANK = " \t\r\n"  # what the channel may add or drop around a text
 _CLAIM_ECHO = text(
     f"""
@@ -258,7 +262,7 @@ WHERE m.id = (
     JOIN conversations AS cv ON cv.id = o.conversation_id
     WHERE cv.org_id = :org_id AND cv.channel_session_id = :channel_session_id AND cv.chat_id = :chat_id
       AND o.org_id = :org_id AND o.direction = 'outbound' AND o.external_id IS NULL
-      AND o.delivery_error IS DISTINCT FROM '{WITH_HUMANS}'
+      AND coalesce(o.delivery_error, '') NOT IN ({_NEVER_SENT_SQL})
       AND o.occurred_at > now() - interval '{ECHO_WINDOW_MINUTES} minutes' AND btrim(o.body, :blank) = :body
     ORDER BY o.occurred_at DESC
     LIMIT 1
@@ -305,7 +309,7 @@ SELECT 1 FROM run_deliveries AS d
 JOIN messages AS m ON m.id = d.message_id
 WHERE d.org_id = :org_id AND m.org_id = :org_id AND m.conversation_id = :conversation_id
   AND m.direction = 'outbound'
-  AND d.error_code IS DISTINCT FROM '{WITH_HUMANS}'
+  AND coalesce(d.error_code, '') NOT IN ({_NEVER_SENT_SQL}) AND d.status <> 'claimed'
   AND greatest(d.created_at, coalesce(d.completed_at, d.created_at)) > now() - interval '{ECHO_WINDOW_MINUTES} minutes'
   AND btrim(m.body, :blank) = :body
 LIMIT 1

@@ -52,7 +52,6 @@ _STOP = {
             "SPII",
             "RECITATION",
             "IMAGE_SAFETY",
-            "MALFORMED_FUNCTION_CALL",
         )
     },
 }

@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 from datetime import UTC, date, datetime
+from typing import Any
 
 import pytest
 from sqlalchemy import select, update
@@ -265,13 +266,7 @@ async def test_an_analysis_run_that_asks_for_a_person_does_not_park_the_analysis
         session.execute(
             update(AiAgent).where(AiAgent.id == agent.agent_id).values(published_version_id=agent.version_id)
         )
-    engine = create_async_engine(rh.database_url, pool_size=2)
-    try:
-        [fanned] = await AnalysisScheduler(create_async_sessionmaker(engine), Serde.from_settings(rh.kafka)).tick(
-            datetime(2030, 5, 2, 7, 0, tzinfo=UTC), [agent.org_id]
-        )
-    finally:
-        await engine.dispose()
+    fanned = await _fan_out(rh, agent)
     conversation_id = analysis_conversation(rh, agent.org_id)
     [dispatch] = [d for _, d in dispatches(rh, conversation_id) if d.event_id in fanned.dispatch_ids]
     rh.fake.script([tool(REQUEST_HUMAN_HANDOFF, {"reason": "the figures look wrong", "urgency": "normal"})])
@@ -292,13 +287,7 @@ async def test_the_internal_analysis_conversation_cannot_be_taken_over_nor_writt
     from services.api.core.errors import NotFound
 
     agent = analysis_agent(rh)
-    engine = create_async_engine(rh.database_url, pool_size=2)
-    try:
-        await AnalysisScheduler(create_async_sessionmaker(engine), Serde.from_settings(rh.kafka)).tick(
-            datetime(2030, 5, 2, 7, 0, tzinfo=UTC), [agent.org_id]
-        )
-    finally:
-        await engine.dispose()
+    await _fan_out(rh, agent)
     conversation_id = analysis_conversation(rh, agent.org_id)
     serde = Serde.from_settings(rh.kafka)
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
@@ -324,3 +313,41 @@ async def test_the_internal_analysis_conversation_cannot_be_taken_over_nor_writt
             )
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
         assert session.get_one(Conversation, conversation_id).status == "open"
+
+
+async def test_an_analysis_conversation_parked_before_the_fix_is_given_back_without_a_wake(rh: RunnerHarness) -> None:
+    """An org whose analysis conversation a handoff parked (before runs there stopped handing off) is
+    given back with ``:handback``: reopened, and no agent woken — an untargeted wake would run a
+    customer-facing agent in the analysis chat, billed, its reply going nowhere."""
+    from services.api.conversations.service import hand_back
+
+    agent = analysis_agent(rh)
+    await _fan_out(rh, agent)
+    conversation_id = analysis_conversation(rh, agent.org_id)
+    wakes_before = len(dispatches(rh, conversation_id))
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        session.execute(update(Conversation).where(Conversation.id == conversation_id).values(status="handoff"))
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        hand_back(
+            session,
+            Serde.from_settings(rh.kafka),
+            org_id=agent.org_id,
+            conversation_id=conversation_id,
+            actor_user_id=None,
+            request_id=None,
+        )
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        assert session.get_one(Conversation, conversation_id).status == "open"
+    assert len(dispatches(rh, conversation_id)) == wakes_before, "no agent woken in the analysis chat"
+
+
+async def _fan_out(rh: RunnerHarness, agent: Agent) -> Any:
+    """The 2030-05-02 07:00 UTC fan-out for ``agent``'s org; what it fanned out."""
+    engine = create_async_engine(rh.database_url, pool_size=2)
+    try:
+        [fanned] = await AnalysisScheduler(create_async_sessionmaker(engine), Serde.from_settings(rh.kafka)).tick(
+            datetime(2030, 5, 2, 7, 0, tzinfo=UTC), [agent.org_id]
+        )
+    finally:
+        await engine.dispose()
+    return fanned

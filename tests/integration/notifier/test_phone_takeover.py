@@ -230,3 +230,23 @@ async def test_the_echo_of_an_agents_reply_that_reads_like_a_command_runs_no_com
 
     assert outbox(world, Topics.RUN_REQUESTED) == [], "no summarization run was requested"
     assert conversation(world).status == "open"
+
+
+async def test_a_message_that_certainly_never_went_out_typed_on_the_phone_is_the_owners(
+    world: World, channel: ChannelServer, api: httpx.AsyncClient
+) -> None:
+    """The notifier failed a queued message before any attempt (``interrupted_before_send``: people
+    may send it again). The owner re-types it on the business phone: that is their own message —
+    taken for our echo, it vanished into the failed row and the agents kept answering."""
+    line = await webhook_channel(world, api)
+    completed = world.run(text=None)
+    never_sent = world.queue_intent(completed, "Seu pedido saiu para entrega.")
+    with tenant_session(world.org) as session:
+        session.execute(
+            update(Message)
+            .where(Message.id == never_sent)
+            .values(delivery_status="failed", delivery_error="interrupted_before_send")
+        )
+    typed = await send(api, line, world.chat_id, "Seu pedido saiu para entrega.", from_me=True)
+    assert typed["reason"] == "owner_took_over" and typed["message_id"] != str(never_sent)
+    assert conversation(world).status == "handoff"

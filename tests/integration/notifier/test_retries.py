@@ -371,3 +371,30 @@ async def test_a_crash_during_a_retry_leaves_the_reply_behind_it_to_the_sweep_as
     statuses = {m.body: m.delivery_status for m in world.outbound(completed.run_id)}
     assert statuses == {"Aqui está o link de pagamento.": "unknown", "Mais alguma coisa?": "failed"}
     assert [s.text for s in channel.received if s.text == "Mais alguma coisa?"] == [], "the reply never went"
+
+
+async def test_a_message_waiting_behind_a_long_retry_is_not_taken_for_a_crashed_ones(
+    keyring: KeyRing,
+    world: World,
+    channel: ChannelServer,
+    notifier_settings: NotifierSettings,
+    publish: Publish,
+) -> None:
+    """Retries chain in a long outage, and a message waiting behind them outlived the sweep's stale
+    age: a live notifier's own sweep failed it as interrupted (never sent, nobody told), as if its
+    notifier had crashed. Each attempt of the retry ahead of it now says it is still waiting."""
+    settings = _patient(notifier_settings, stale_claim_s=1.0, sweep_interval_s=0.2)
+    completed = world.run(text="Mais alguma coisa?")
+    world.queue_intent(completed, "Aqui está o link de pagamento.")
+    channel.fail_next(503, times=1000)
+    notifier = await RunningNotifier(settings, keyring).wait_ready()
+    try:
+        await publish(Topics.RUN_COMPLETED, completed)
+        await channel.wait_for(2, timeout=20)
+        await asyncio.sleep(2.5)  # the outage outlasts the stale age
+        assert _by_kind(world, completed.run_id)["reply"] == ("claimed", None), "still waiting, not swept"
+        channel.recover()
+        await eventually(lambda: _by_kind(world, completed.run_id)["reply"], lambda d: d == ("sent", None))
+    finally:
+        await notifier.stop()
+    assert [s.text for s in channel.delivered] == ["Aqui está o link de pagamento.", "Mais alguma coisa?"]

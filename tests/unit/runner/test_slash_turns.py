@@ -73,6 +73,9 @@ def test_verdicts() -> None:
     # A segment stopped by its own cost budget is the normal way a long goal moves on.
     spent_segment = LoopOutcome(OutcomeKind.ABORTED, abort_reason="cost_budget_exceeded", cost_micros=4_900_000)
     assert verdict(goal(), spent_segment, completed=False).continues
+    # A refusal is no passing failure: the next segment would be refused again, billed each time.
+    refused = LoopOutcome(OutcomeKind.ABORTED, abort_reason="answer_refused", cost_micros=20_000)
+    assert verdict(goal(), refused, completed=False).status is GoalStatus.STOPPED
 
 
 async def test_the_nudge_comes_once_at_eighty_percent_of_the_segment() -> None:
