@@ -9,7 +9,7 @@ import uuid
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, select, update
 
 from services.api.identity.service import mint_token
 from switchboard.db.enums import ApiTokenKind, Role
@@ -176,3 +176,36 @@ async def test_two_admins_demoting_each_other_at_once_leave_one_admin(
             select(Membership).where(Membership.org_id == org.org_id, Membership.role == "admin")
         ).all()
     assert len(admins) == 1
+
+
+async def test_a_token_minted_while_its_member_was_removed_or_demoted_is_worth_the_membership(
+    client: httpx.AsyncClient, org: OrgHandle
+) -> None:
+    """A login that read the membership before its removal committed wrote its token after: the
+    removal revoked the tokens it saw, not that one, and the removed person kept a session at their
+    old role. The token is checked against the membership each time it is used."""
+    email = _email()
+    body = {"email": email, "role": "admin", "display_name": "Bia", "password": PASSWORD}
+    added = await client.post("/api/v1/members", json=body, headers=org.headers())
+    assert added.status_code == 201, added.text
+    user_id = added.json()["data"]["user_id"]
+    session = await _login(client, email, PASSWORD, org)
+    assert session.json()["data"]["role"] == "admin"
+
+    # The demotion commits after the login read the membership: the token was not revoked by it.
+    with tenant_session(org) as db:
+        db.execute(
+            update(Membership)
+            .where(Membership.org_id == org.org_id, Membership.user_id == user_id)
+            .values(role="viewer")
+        )
+    me = await client.get("/api/v1/auth/me", headers=_bearer(session))
+    assert me.status_code == 200 and me.json()["data"]["role"] == "viewer", "it acts at the membership's role"
+    assert (
+        await client.post("/api/v1/members", json={**body, "email": _email()}, headers=_bearer(session))
+    ).status_code == 403
+
+    # The removal commits after the login: the token authenticates nobody.
+    with tenant_session(org) as db:
+        db.execute(delete(Membership).where(Membership.org_id == org.org_id, Membership.user_id == user_id))
+    assert (await client.get("/api/v1/auth/me", headers=_bearer(session))).status_code == 401
