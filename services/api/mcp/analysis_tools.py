@@ -34,6 +34,7 @@ from switchboard.db.daily_brief import local_day, org_zone
 from switchboard.db.enums import MessageDirection
 from switchboard.db.models import AgentDecision, AiAgentRun, Conversation, Message, WorkspaceInsight
 from switchboard.db.session import async_tenant_transaction
+from switchboard.internal_chats import INTERNAL_CHAT_PREFIX
 from switchboard.run_tokens import RunTokenClaims
 from switchboard.settings import KafkaSettings
 
@@ -76,10 +77,22 @@ def area_summary(session: Session, org_id: Any, area: str, days: int, now: datet
     since = now - timedelta(days=days)
     live_runs = (AiAgentRun.org_id == org_id, AiAgentRun.created_at >= since, AiAgentRun.is_dry_run.is_(False))
     cost = session.scalar(select(func.coalesce(func.sum(AiAgentRun.cost_micros), 0)).where(*live_runs))
-    messages = _counts(session, Message.direction, Message.org_id == org_id, Message.occurred_at >= since)
+    # Customers' conversations only: the editor's dry-run tests and the analysis itself are
+    # Switchboard's own chats (an owner testing all day read as "inbound up 40%").
+    customers = Conversation.chat_id.not_like(f"{INTERNAL_CHAT_PREFIX}%")
+    message_rows = session.execute(
+        select(Message.direction, func.count())
+        .join(Conversation, (Conversation.org_id == Message.org_id) & (Conversation.id == Message.conversation_id))
+        .where(Message.org_id == org_id, Message.occurred_at >= since, customers)
+        .group_by(Message.direction)
+    ).all()
+    messages = {str(key): int(count) for key, count in sorted(message_rows, key=lambda r: str(r[0]))}
     conversations = session.scalar(
         select(func.count()).where(
-            Conversation.org_id == org_id, Conversation.last_message_at >= since, Conversation.is_group.is_(False)
+            Conversation.org_id == org_id,
+            Conversation.last_message_at >= since,
+            Conversation.is_group.is_(False),
+            customers,
         )
     )
     decisions: dict[str, dict[str, int]] = {}

@@ -351,3 +351,32 @@ async def _fan_out(rh: RunnerHarness, agent: Agent) -> Any:
     finally:
         await engine.dispose()
     return fanned
+
+
+def test_the_activity_an_analysis_reads_is_the_customers_not_the_editors_tests(rh: RunnerHarness) -> None:
+    """An owner testing a version all day wrote many messages in test chats (``switchboard-test-…``):
+    they read to the analysis as customer activity ("inbound up 40%"). Only customers' count."""
+    from dataclasses import replace as dc_replace
+
+    from services.api.mcp.analysis_tools import area_summary
+
+    agent = analysis_agent(rh)
+    inbound(rh.db, agent, "a customer writes")
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        customer = session.get_one(Conversation, agent.conversation_id)
+        customer.last_message_at = datetime.now(UTC)
+        test_chat = Conversation(
+            org_id=agent.org_id,
+            channel_session_id=customer.channel_session_id,
+            contact_id=customer.contact_id,
+            chat_id=f"switchboard-test-{uuid.uuid4().hex[:8]}",
+            last_message_at=datetime.now(UTC),
+        )
+        session.add(test_chat)
+        session.flush()
+        tester = dc_replace(agent, conversation_id=test_chat.id)
+    for n in range(5):
+        inbound(rh.db, tester, f"the editor's test {n}")
+    with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
+        activity = area_summary(session, agent.org_id, "crm", 7, datetime.now(UTC))["org_activity"]
+    assert (activity["messages_inbound"], activity["conversations_active"]) == (1, 1)
