@@ -153,7 +153,17 @@ class AnalysisScheduler:
         for org_id in org_ids:
             if self._stop.is_set():
                 break  # shutting down: the rest waits for the next instance's pass
-            fanned = await self._fan_out(org_id, moment)
+            try:
+                fanned = await self._fan_out(org_id, moment)
+            except Exception as exc:
+                # One org's failure (its transaction rolled back, nothing claimed) is that org's: it is
+                # tried again next pass, and the orgs after it in this pass still get their analysis.
+                log.warning(
+                    "analysis fan-out failed for an org",
+                    extra={"organization_id": str(org_id), "error": type(exc).__name__},
+                    exc_info=True,
+                )
+                continue
             if fanned is not None:
                 done.append(fanned)
                 log.info(

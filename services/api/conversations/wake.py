@@ -28,6 +28,7 @@ from switchboard.db.audit import record_audit
 from switchboard.db.enums import ConversationStatus
 from switchboard.db.models import AiAgent, AiAgentRun, ScheduledFollowup
 from switchboard.db.models.channels import Conversation
+from switchboard.db.models.tenancy import Membership
 from switchboard.db.outbox import enqueue_record
 
 # The context ids each reason must carry (the others are optional); ``assignment`` defaults to the caller.
@@ -99,6 +100,13 @@ def _check_context(
             )
         ):
             raise WakeContextUnknown(details={"field": field})
+    # Whom the wake names as the assigner: a member of this org (any user id went into the agent's
+    # wake context, attributing the assignment to a stranger).
+    assigner = context.assigned_by_user_id
+    if assigner is not None and not session.scalar(
+        select(Membership.user_id).where(Membership.org_id == conversation.org_id, Membership.user_id == assigner)
+    ):
+        raise WakeContextUnknown(details={"field": "assigned_by_user_id"})
     return context
 
 

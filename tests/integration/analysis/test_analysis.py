@@ -380,3 +380,29 @@ def test_the_activity_an_analysis_reads_is_the_customers_not_the_editors_tests(r
     with Session(rh.db) as session, tenant_transaction(session, agent.org_id):
         activity = area_summary(session, agent.org_id, "crm", 7, datetime.now(UTC))["org_activity"]
     assert (activity["messages_inbound"], activity["conversations_active"]) == (1, 1)
+
+
+async def test_one_orgs_failing_fan_out_does_not_hold_back_the_others(
+    rh: RunnerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One org's fan-out fails (its transaction rolls back, nothing claimed): it is tried again next
+    pass, and the orgs after it in this pass still get their analysis — the whole pass stopped."""
+    from services.api.analysis import scheduler as scheduler_module
+
+    failing, fine = analysis_agent(rh), analysis_agent(rh)
+    real = scheduler_module.fan_out_org
+
+    def fan_out_org(session: Any, serde: Any, org_id: Any, *args: Any) -> Any:
+        if org_id == failing.org_id:
+            raise RuntimeError("this org's data trips a bug")
+        return real(session, serde, org_id, *args)
+
+    monkeypatch.setattr(scheduler_module, "fan_out_org", fan_out_org)
+    engine = create_async_engine(rh.database_url, pool_size=2)
+    try:
+        fanned = await AnalysisScheduler(create_async_sessionmaker(engine), Serde.from_settings(rh.kafka)).tick(
+            datetime(2030, 5, 2, 7, 0, tzinfo=UTC), [failing.org_id, fine.org_id]
+        )
+    finally:
+        await engine.dispose()
+    assert [f.org_id for f in fanned] == [fine.org_id]

@@ -55,6 +55,12 @@ async def test_refusals_have_stable_codes_and_queue_nothing(
         ({"reason": "followUp", "context": {}}, 422, "wake_context_missing"),
         ({"reason": "childCompleted", "context": {"run_id": str(uuid.uuid4())}}, 422, "wake_context_unknown"),
         ({"reason": "recovery", "context": {"run_id": str(uuid.uuid4())}}, 422, "wake_context_unknown"),
+        # The assigner must be a member of this org: any user id was taken and shown to the agent.
+        (
+            {"reason": "assignment", "context": {"assigned_by_user_id": str(uuid.uuid4())}},
+            422,
+            "wake_context_unknown",
+        ),
         ({"reason": "sleepy"}, 422, "validation_error"),
     ]
     for body, status, code in cases:
