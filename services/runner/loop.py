@@ -617,6 +617,11 @@ class AgentLoop:
     def _provider_failure(self, exc: ProviderError) -> LoopOutcome:
         if exc.kind is ProviderErrorKind.AUTH:
             family, message = ErrorFamily.UNKNOWN, f"the {exc.provider} key was rejected (invalid or revoked)"
+        elif exc.kind is ProviderErrorKind.FORBIDDEN:
+            family, message = (
+                ErrorFamily.UNKNOWN,
+                f"the {exc.provider} key may not do this (a model or feature it has no access to)",
+            )
         elif exc.kind is ProviderErrorKind.QUOTA:
             family, message = ErrorFamily.UNKNOWN, f"the {exc.provider} account's credit or quota is used up (billing)"
         elif exc.retryable:

@@ -201,6 +201,9 @@ class ProviderErrorKind(StrEnum):
     # a moment's rate limit — retried, it failed as "upstream transient" and the owner never learnt
     # that billing needs them.
     QUOTA = "quota"
+    # 403: the key is valid but may not do this (a model the workspace has no access to, a region):
+    # the key is not "invalid or revoked", and a run's 403 must not mark it so.
+    FORBIDDEN = "forbidden"
     SERVER = "server"
     TIMEOUT = "timeout"
     CONNECTION = "connection"
@@ -215,6 +218,7 @@ _CODES = {
     ProviderErrorKind.AUTH: "provider_auth_invalid",
     ProviderErrorKind.RATE_LIMITED: "provider_rate_limited",
     ProviderErrorKind.QUOTA: "provider_quota_exceeded",
+    ProviderErrorKind.FORBIDDEN: "provider_forbidden",
     ProviderErrorKind.SERVER: "provider_server_error",
     ProviderErrorKind.TIMEOUT: "provider_timeout",
     ProviderErrorKind.CONNECTION: "provider_unreachable",
@@ -246,8 +250,10 @@ class ProviderError(Exception):
 
 
 def kind_for_status(status: int) -> ProviderErrorKind:
-    if status in (401, 403):
+    if status == 401:
         return ProviderErrorKind.AUTH
+    if status == 403:
+        return ProviderErrorKind.FORBIDDEN
     if status == 429:
         return ProviderErrorKind.RATE_LIMITED
     if status == 408:

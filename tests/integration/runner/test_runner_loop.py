@@ -366,6 +366,19 @@ async def test_invalid_key_fails_with_a_clear_code_and_marks_the_credential_inva
     assert status == "invalid"
 
 
+async def test_a_403_fails_the_run_without_calling_the_key_invalid(rh: RunnerHarness) -> None:
+    """A 403 says the key may not do this (a model its workspace has no access to), not that it is
+    invalid: marked "invalid or revoked", the owner was sent to replace a key that works."""
+    agent = create_agent(rh.db, provider="anthropic", model="claude-sonnet-4-6")
+    rh.fake.script([Reply(status=403)])
+    row = await rh.run(run_request(agent, [inbound(rh.db, agent, "Oi")]))
+    assert (row.status, row.error_code) == ("failed", "provider_forbidden")
+    status = rh.scalar(
+        agent.org_id, "SELECT validation_status FROM ai_provider_credentials WHERE id = :id", id=agent.credential_id
+    )
+    assert status != "invalid"
+
+
 async def test_a_401_for_a_key_replaced_while_the_run_waited_leaves_the_new_key_alone(rh: RunnerHarness) -> None:
     """The old key was revoked; the admin put a new one in (validated) while a run that had opened
     the old one waited for its answer. That run's 401 is about the old key: the new key stays
