@@ -236,7 +236,7 @@ def test_identical_calls_share_a_signature_whatever_the_key_order() -> None:
     ("status", "kind", "retryable"),
     [
         (401, ProviderErrorKind.AUTH, False),
-        (403, ProviderErrorKind.AUTH, False),
+        (403, ProviderErrorKind.FORBIDDEN, False),  # valid key, no access: not "invalid"
         (429, ProviderErrorKind.RATE_LIMITED, True),
         (500, ProviderErrorKind.SERVER, True),
         (529, ProviderErrorKind.SERVER, True),
