@@ -464,10 +464,12 @@ class NotifierStore:
             ).one_or_none()
             started = claim is not None and first
             if claim is None:
-                where = {"org_id": org_id, "message_id": candidate.message_id}
-                claim = (
-                    await session.execute(_ADOPT_CLAIM, {**where, "channel_session_id": candidate.channel_session_id})
-                ).one_or_none()
+                adopt = {
+                    "org_id": org_id,
+                    "message_id": candidate.message_id,
+                    "channel_session_id": candidate.channel_session_id,
+                }
+                claim = (await session.execute(_ADOPT_CLAIM, adopt)).one_or_none()
                 if claim is None:
                     await _expire_left_claim(session, org_id, candidate, route.channel if route else "none")
                     continue

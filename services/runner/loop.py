@@ -402,27 +402,19 @@ class AgentLoop:
                 # Cut off at the cap (the budget's, or the configured one; a reasoning model may have
                 # spent it all thinking): half a sentence is not sent to a customer as an answer.
                 cap = admission.max_output_tokens
-                self._record_guard(OUTPUT_LIMIT_REACHED, f"the answer reached the {cap}-token output cap")
-                self._events.debug(OUTPUT_LIMIT_REACHED, f"cap {cap} tokens")
-                await self._flush_trace(final=True)
-                return self._outcome(
-                    OutcomeKind.ABORTED,
-                    abort_reason=OUTPUT_LIMIT_REACHED,
-                    summary=f"The answer of step {self._steps} was cut off at its {cap}-token output cap; "
-                    "nothing was sent.",
+                return await self._not_sent(
+                    OUTPUT_LIMIT_REACHED,
+                    f"the answer reached the {cap}-token output cap",
+                    f"The answer of step {self._steps} was cut off at its {cap}-token output cap",
                 )
             if not response.tool_calls and response.stop_reason is StopReason.REFUSED:
                 # A refusal or a content filter: whatever text came with it is not an answer, and an
                 # empty "completed" run would leave the customer waiting with nobody told. Aborted,
                 # not sent: the run is unanswered, and the org's webhook hears of it.
-                self._record_guard(ANSWER_REFUSED, "the provider withheld the answer (refusal or content filter)")
-                self._events.debug(ANSWER_REFUSED, "refusal or content filter")
-                await self._flush_trace(final=True)
-                return self._outcome(
-                    OutcomeKind.ABORTED,
-                    abort_reason=ANSWER_REFUSED,
-                    summary=f"The model's provider withheld the answer of step {self._steps} (a refusal or a "
-                    "content filter); nothing was sent.",
+                return await self._not_sent(
+                    ANSWER_REFUSED,
+                    "the provider withheld the answer (refusal or content filter)",
+                    f"The model's provider withheld the answer of step {self._steps} (a refusal or a content filter)",
                 )
             if not response.tool_calls:
                 await self._flush_trace(final=True)
@@ -456,6 +448,14 @@ class AgentLoop:
             await self._flush_trace(final=ctx.stop is not None)
             if ctx.stop is not None:
                 return self._stopped(ctx.stop)
+
+    async def _not_sent(self, reason: str, detail: str, summary: str) -> LoopOutcome:
+        """An answer that is no answer to send (cut off, withheld): aborted with ``reason``, its guard
+        in the trace and the live events."""
+        self._record_guard(reason, detail)
+        self._events.debug(reason, detail)
+        await self._flush_trace(final=True)
+        return self._outcome(OutcomeKind.ABORTED, abort_reason=reason, summary=f"{summary}; nothing was sent.")
 
     def abandon(self, reason: str) -> tuple[list[dict[str, Any]], LoopOutcome]:
         """For an abort from outside (cancellation at shutdown): the unsaved trace, with an error

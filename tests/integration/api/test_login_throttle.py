@@ -130,7 +130,8 @@ async def test_one_address_trying_many_emails_waits(
     assert (await elsewhere.post("/api/v1/auth/login", json=body)).status_code == 401, "only that address waits"
 
 
-async def test_a_totp_code_signs_in_once(client: httpx.AsyncClient, make_org: Callable[..., OrgHandle]) -> None:
+async def _enrolled(client: httpx.AsyncClient, make_org: Callable[..., OrgHandle]) -> tuple[str, bytes, str]:
+    """A new owner with a confirmed TOTP: their email, the TOTP secret, and the code that confirmed it."""
     email = f"owner-{uuid.uuid4().hex[:8]}@example.com"
     make_org(email=email, password=PASSWORD)
     plain = await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD})
@@ -138,9 +139,13 @@ async def test_a_totp_code_signs_in_once(client: httpx.AsyncClient, make_org: Ca
     b32 = (await client.post("/api/v1/auth/mfa/totp", headers=auth)).json()["data"]["secret"]
     secret = base64.b32decode(b32 + "=" * (-len(b32) % 8))
     confirm_code = totp_code(secret)
-    assert (
-        await client.post("/api/v1/auth/mfa/totp:confirm", json={"code": confirm_code}, headers=auth)
-    ).status_code == 204
+    confirmed = await client.post("/api/v1/auth/mfa/totp:confirm", json={"code": confirm_code}, headers=auth)
+    assert confirmed.status_code == 204
+    return email, secret, confirm_code
+
+
+async def test_a_totp_code_signs_in_once(client: httpx.AsyncClient, make_org: Callable[..., OrgHandle]) -> None:
+    email, secret, confirm_code = await _enrolled(client, make_org)
 
     reused = await client.post(
         "/api/v1/auth/login", json={"email": email, "password": PASSWORD, "totp_code": confirm_code}
@@ -158,14 +163,7 @@ async def test_a_totp_code_used_by_concurrent_logins_signs_in_once(
 ) -> None:
     """The same code several times at the same moment (a phished code replayed while its owner signs
     in): still once. Read first and written after, every login saw the old step and all passed."""
-    email = f"owner-{uuid.uuid4().hex[:8]}@example.com"
-    make_org(email=email, password=PASSWORD)
-    plain = await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD})
-    auth = {"Authorization": f"Bearer {plain.json()['data']['token']}"}
-    b32 = (await client.post("/api/v1/auth/mfa/totp", headers=auth)).json()["data"]["secret"]
-    secret = base64.b32decode(b32 + "=" * (-len(b32) % 8))
-    confirmed = await client.post("/api/v1/auth/mfa/totp:confirm", json={"code": totp_code(secret)}, headers=auth)
-    assert confirmed.status_code == 204
+    email, secret, _ = await _enrolled(client, make_org)
     body = {"email": email, "password": PASSWORD, "totp_code": totp_code(secret, at=time.time() + 30)}
     logins = await asyncio.gather(*(client.post("/api/v1/auth/login", json=body) for _ in range(4)))
     assert sorted(r.status_code for r in logins) == [201, 401, 401, 401], [r.text for r in logins]
